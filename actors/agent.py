@@ -1,0 +1,109 @@
+"""The Reasoning Agent: plays one environment episode in the sandbox, turn by turn, and returns its trajectory.
+
+First turn: the reference's player prompt around the first observation (with `HINT: ...` appended on the hint
+arm); later turns: the raw observation. Each reply is reduced to an action by `parse_action`. The return is the
+terminal reward clamped to [-1, 1] if the episode terminated, else 0. An exception inside the environment's
+`step` ends the episode with return -1 (the reference's rule); a sandbox timeout, crash or limit fails the play,
+which is then stored but never trained on.
+"""
+
+from __future__ import annotations
+
+import time
+
+from actors.chat import ChatContext
+from actors.inference.base import GenerationRequest
+from actors.parsing import parse_action
+from actors.prompts import agent_first_message
+from actors.sandbox import EpisodeFailed
+from engine.messages import PlayResult, PlayTask, Sample, TurnRecord
+from engine.rewards import episode_return
+from storage.records import pack_floats, pack_ints, pack_mask
+
+
+async def play_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config, worker_id: str) -> PlayResult:
+    started = time.perf_counter()
+    chat = ChatContext(tokenizer)
+    turns: list[TurnRecord] = []
+    status, failure = "truncated", ""
+    last_reward, terminated = 0.0, False
+    tokens_generated = 0
+    forced_return: float | None = None
+    try:
+        async with pool.open_episode(task.code, max_turns=play_config.max_turns) as episode:
+            observation, _ = await episode.reset(seed=task.seed)
+            chat.add_user(agent_first_message(observation, task.hint))
+            for _ in range(play_config.max_turns):
+                budget = play_config.max_context_tokens - len(chat) - 1
+                if budget < 8:
+                    break  # context full: truncated
+                generation = await batcher.generate(
+                    GenerationRequest(
+                        prompt_ids=list(chat.ids),
+                        max_new_tokens=min(play_config.agent_max_tokens, budget),
+                        temperature=play_config.agent_temperature,
+                        top_p=play_config.top_p,
+                        top_k=play_config.top_k,
+                        role="agent",
+                    )
+                )
+                tokens_generated += len(generation.completion_ids)
+                chat.add_assistant(generation)
+                action, rule = parse_action(generation.text)
+                try:
+                    result = await episode.step(action)
+                except EpisodeFailed as exc:
+                    if exc.kind != "error":
+                        raise
+                    turns.append(TurnRecord(action=action, parse_rule=rule, reward=-1.0, terminated=True, truncated=False, policy_version=generation.policy_version, observation_chars=0))
+                    status, failure, forced_return = "completed", f"error: {exc.detail}", -1.0
+                    break
+                turns.append(
+                    TurnRecord(
+                        action=action,
+                        parse_rule=rule,
+                        reward=result.reward,
+                        terminated=result.terminated,
+                        truncated=result.truncated,
+                        policy_version=generation.policy_version,
+                        observation_chars=len(result.observation),
+                    )
+                )
+                last_reward, terminated = result.reward, result.terminated
+                if result.terminated:
+                    status = "completed"
+                    break
+                if result.truncated:
+                    break
+                chat.add_user(result.observation)
+    except EpisodeFailed as exc:
+        status, failure = "failed", f"{exc.kind}: {exc.detail}"
+    value = forced_return if forced_return is not None else episode_return(last_reward, terminated)
+    sample = Sample(
+        sample_id=task.task_id,
+        role="agent",
+        env_id=task.env_id,
+        skill=task.skill,
+        arm=task.arm,
+        step=task.step,
+        tokens=pack_ints(chat.ids),
+        loss_mask=pack_mask(chat.mask),
+        logprobs=pack_floats(chat.logprobs),
+        versions=pack_ints(chat.versions),
+        reward=value if status != "failed" else 0.0,
+        temperature=play_config.agent_temperature,
+    )
+    return PlayResult(
+        task_id=task.task_id,
+        worker_id=worker_id,
+        env_id=task.env_id,
+        arm=task.arm,
+        seed=task.seed,
+        status=status,
+        failure=failure,
+        episode_return=sample.reward,
+        turns=turns,
+        agent=sample,
+        tokens_generated=tokens_generated,
+        seconds=time.perf_counter() - started,
+    )

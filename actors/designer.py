@@ -1,0 +1,95 @@
+"""The Environment Designer and the hint writer: one design attempt from prompt to verdict.
+
+1. Prompt the policy (designer role) with the passage, the spec, memory examples and the skill; the reply is
+   prefilled with a ```python fence, which a small model needs.
+2. Extract the code; the validator repairs f-string braces, then runs static and sandboxed dynamic checks.
+3. For a valid design, ask the same policy (hint role, low temperature, not trained) for a privileged hint from
+   the code alone, then check in the sandbox that the hint never appears in an observation.
+The designer's tokens come back as a training sample whose reward the engine fills in k steps later.
+"""
+
+from __future__ import annotations
+
+import time
+
+from actors.chat import ChatContext
+from actors.inference.base import GenerationRequest
+from actors.parsing import clean_hint, extract_code
+from actors.prompts import DESIGNER_PREFILL, DESIGNER_SYSTEM, HINT_SYSTEM, designer_user_message, hint_user_message
+from actors.sandbox import validate_environment
+from engine.messages import DesignResult, DesignTask, Sample
+from storage.records import pack_floats, pack_ints, pack_mask
+
+
+async def write_hint(code: str, *, batcher, tokenizer, play_config) -> tuple[str, int]:
+    chat = ChatContext(tokenizer, system=HINT_SYSTEM)
+    chat.add_user(hint_user_message(code))
+    generation = await batcher.generate(
+        GenerationRequest(
+            prompt_ids=list(chat.ids),
+            max_new_tokens=play_config.hint_max_tokens,
+            temperature=play_config.hint_temperature,
+            top_p=play_config.top_p,
+            top_k=play_config.top_k,
+            role="hint",
+        )
+    )
+    return clean_hint(generation.text), len(generation.completion_ids)
+
+
+async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play_config, worker_id: str) -> DesignResult:
+    started = time.perf_counter()
+    chat = ChatContext(tokenizer, system=DESIGNER_SYSTEM)
+    chat.add_user(designer_user_message(task), prefill=DESIGNER_PREFILL)
+    generation = await batcher.generate(
+        GenerationRequest(
+            prompt_ids=list(chat.ids),
+            max_new_tokens=play_config.designer_max_tokens,
+            temperature=play_config.designer_temperature,
+            top_p=play_config.top_p,
+            top_k=play_config.top_k,
+            role="designer",
+        )
+    )
+    tokens = len(generation.completion_ids)
+    chat.add_assistant(generation)
+    reply = DESIGNER_PREFILL + generation.text
+    code = extract_code(reply)
+    hint = ""
+    verdict = await validate_environment(pool, code, max_turns=play_config.max_turns)
+    if verdict.valid:
+        code = verdict.source
+        hint, hint_tokens = await write_hint(code, batcher=batcher, tokenizer=tokenizer, play_config=play_config)
+        tokens += hint_tokens
+        if hint:
+            verdict = await validate_environment(pool, code, hint=hint, max_turns=play_config.max_turns)
+    sample = Sample(
+        sample_id=task.task_id,
+        role="designer",
+        env_id=task.task_id,
+        skill=task.skill,
+        arm="design",
+        step=task.step,
+        tokens=pack_ints(chat.ids),
+        loss_mask=pack_mask(chat.mask),
+        logprobs=pack_floats(chat.logprobs),
+        versions=pack_ints(chat.versions),
+        reward=0.0,
+        temperature=play_config.designer_temperature,
+    )
+    return DesignResult(
+        task_id=task.task_id,
+        worker_id=worker_id,
+        skill=task.skill,
+        passage_id=task.passage_id,
+        attempt=task.attempt,
+        reply=reply,
+        code=verdict.source if verdict.source else code,
+        valid=verdict.valid,
+        reason=verdict.reason,
+        checks=[(c.name, c.passed, c.detail) for c in verdict.checks],
+        hint=hint,
+        designer=sample,
+        tokens_generated=tokens,
+        seconds=time.perf_counter() - started,
+    )

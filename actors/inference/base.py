@@ -1,0 +1,69 @@
+"""The inference backend interface: one per rollout worker, driven from a thread by the batcher.
+
+A backend takes a batch of token-level requests and returns, for each, the sampled token ids, the sampled
+tokens' log-probs and the decoded text; it loads new weights between batches. Requests carry token ids, not
+chat messages: agents build multi-turn contexts token by token (actors/chat.py), so what is trained is exactly
+what was sampled.
+
+Recorded log-probs are those of the temperature-scaled distribution, log softmax(logits / T), before top-k/top-p
+truncation: the learner recomputes exactly this quantity (learner/logprobs.py).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Literal
+
+import msgspec
+
+RequestRole = Literal["designer", "hint", "agent"]
+
+
+class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
+    prompt_ids: list[int]
+    max_new_tokens: int
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0
+    role: RequestRole = "agent"  # lets a scripted backend choose what to say
+
+
+class Generation(msgspec.Struct, frozen=True, kw_only=True):
+    completion_ids: list[int]
+    logprobs: list[float]
+    text: str  # decoded without special tokens
+    finish_reason: Literal["stop", "length"]
+    policy_version: int
+
+
+class InferenceBackend(abc.ABC):
+    """Blocking calls; the worker runs them in a thread via the batcher."""
+
+    name: str = "base"
+    policy_version: int = 0
+
+    @property
+    @abc.abstractmethod
+    def tokenizer(self): ...
+
+    @abc.abstractmethod
+    def generate(self, requests: list[GenerationRequest]) -> list[Generation]: ...
+
+    @abc.abstractmethod
+    def load_weights(self, path: str, version: int) -> None: ...
+
+
+def build_backend(config, model_path: str) -> InferenceBackend:
+    """The backend named by `config.inference.backend` (imports torch / vLLM lazily)."""
+    kind = config.inference.backend
+    if kind == "transformers":
+        from actors.inference.hf import TransformersBackend
+
+        return TransformersBackend(model_path, dtype=config.model.dtype, seed=config.run.seed)
+    if kind == "scripted":
+        from actors.inference.scripted import ScriptedBackend
+
+        return ScriptedBackend(model_path, config.inference.script, seed=config.run.seed)
+    if kind == "vllm":
+        raise NotImplementedError("the vLLM backend is not implemented yet: use inference.backend = 'transformers'")
+    raise ValueError(f"unknown inference backend {kind!r}")

@@ -1,0 +1,100 @@
+"""Batches concurrent generation requests from many actors into one backend call, and swaps weights between calls.
+
+    batcher = Batcher(backend, max_batch=16, wait_s=0.05)
+    await nursery.start(batcher.run)
+    generation = await batcher.generate(request)      # from any actor task
+    batcher.request_weights(version, path)            # applied before the next batch
+
+The backend runs in one worker thread owned by `run`; the request channel is bounded, so actors wait when the
+backend falls behind.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+import trio
+
+from actors.inference.base import Generation, GenerationRequest, InferenceBackend
+
+
+class BatcherStatistics(msgspec.Struct, frozen=True):
+    batches: int
+    requests: int
+    tokens_generated: int
+    busy_seconds: float
+    policy_version: int
+
+
+class _Pending:
+    __slots__ = ("request", "done", "result")
+
+    def __init__(self, request: GenerationRequest):
+        self.request = request
+        self.done = trio.Event()
+        self.result: Generation | BaseException | None = None
+
+
+class Batcher:
+    def __init__(self, backend: InferenceBackend, *, max_batch: int, wait_s: float):
+        self.backend = backend
+        self.max_batch = max_batch
+        self.wait_s = wait_s
+        self._send, self._receive = trio.open_memory_channel[_Pending](max_batch * 4)
+        self._weights: tuple[int, str] | None = None
+        self._batches = self._requests = self._tokens = 0
+        self._busy = 0.0
+
+    @property
+    def policy_version(self) -> int:
+        return self.backend.policy_version
+
+    def request_weights(self, version: int, path: str) -> None:
+        if version > self.backend.policy_version and (self._weights is None or version > self._weights[0]):
+            self._weights = (version, path)
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        pending = _Pending(request)
+        await self._send.send(pending)
+        await pending.done.wait()
+        if isinstance(pending.result, BaseException):
+            raise pending.result
+        return pending.result
+
+    def statistics(self) -> BatcherStatistics:
+        return BatcherStatistics(self._batches, self._requests, self._tokens, self._busy, self.backend.policy_version)
+
+    async def _apply_weights(self) -> None:
+        if self._weights is not None:
+            version, path = self._weights
+            self._weights = None
+            await trio.to_thread.run_sync(self.backend.load_weights, path, version)
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            first = await self._receive.receive()
+            batch = [first]
+            with trio.move_on_after(self.wait_s):
+                while len(batch) < self.max_batch:
+                    batch.append(await self._receive.receive())
+            while len(batch) < self.max_batch:  # take whatever else is already queued
+                try:
+                    batch.append(self._receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            await self._apply_weights()
+            started = time.perf_counter()
+            try:
+                results = await trio.to_thread.run_sync(self.backend.generate, [p.request for p in batch])
+            except Exception as exc:  # a backend failure fails these requests, not the worker
+                results = [exc] * len(batch)
+            self._busy += time.perf_counter() - started
+            self._batches += 1
+            self._requests += len(batch)
+            for pending, result in zip(batch, results):
+                pending.result = result
+                if isinstance(result, Generation):
+                    self._tokens += len(result.completion_ids)
+                pending.done.set()

@@ -1,0 +1,115 @@
+"""The `transformers` inference backend: batched sampling with per-token log-probs, on CPU or GPU.
+
+Requests with the same sampling parameters are generated together (left-padded); each is cut at its own
+`max_new_tokens` afterwards, which equals stopping it early since sampling is autoregressive.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from actors.inference.base import Generation, GenerationRequest, InferenceBackend
+
+
+def load_model(path: str, dtype: str = "float32"):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    model.eval()
+    return model
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def stop_token_ids(tokenizer) -> list[int]:
+    ids = {tokenizer.eos_token_id}
+    for text in ("<|im_end|>", "<|endoftext|>"):
+        token = tokenizer.convert_tokens_to_ids(text)
+        if isinstance(token, int) and token != tokenizer.unk_token_id and token is not None:
+            ids.add(token)
+    return sorted(i for i in ids if i is not None)
+
+
+class TransformersBackend(InferenceBackend):
+    name = "transformers"
+
+    def __init__(self, model_path: str, *, dtype: str = "float32", seed: int = 0):
+        self._tokenizer = load_tokenizer(model_path)
+        self.model = load_model(model_path, dtype)
+        self.dtype = dtype
+        self.stop_ids = stop_token_ids(self._tokenizer)
+        self.generator_seed = seed
+        torch.manual_seed(seed)
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    def load_weights(self, path: str, version: int) -> None:
+        self.model = load_model(path, self.dtype)
+        self.policy_version = version
+
+    def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        results: dict[int, Generation] = {}
+        key = lambda item: (item[1].temperature, item[1].top_p, item[1].top_k)  # noqa: E731
+        for _, group in itertools.groupby(sorted(enumerate(requests), key=key), key=key):
+            group = list(group)
+            for (index, _), generation in zip(group, self._generate_group([r for _, r in group])):
+                results[index] = generation
+        return [results[i] for i in range(len(requests))]
+
+    @torch.no_grad()
+    def _generate_group(self, requests: list[GenerationRequest]) -> list[Generation]:
+        pad = self._tokenizer.pad_token_id
+        width = max(len(r.prompt_ids) for r in requests)
+        input_ids = torch.full((len(requests), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(requests), width), dtype=torch.long)
+        for row, request in enumerate(requests):
+            n = len(request.prompt_ids)
+            input_ids[row, width - n :] = torch.tensor(request.prompt_ids, dtype=torch.long)
+            attention[row, width - n :] = 1
+        first = requests[0]
+        sampling = first.temperature > 0
+        kwargs = dict(do_sample=True, temperature=first.temperature, top_p=first.top_p, top_k=first.top_k or None)
+        output = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=attention,
+            max_new_tokens=max(r.max_new_tokens for r in requests),
+            eos_token_id=self.stop_ids,
+            pad_token_id=pad,
+            return_dict_in_generate=True,
+            output_logits=True,
+            **(kwargs if sampling else dict(do_sample=False)),
+        )
+        new_tokens = output.sequences[:, width:]
+        logits = torch.stack(output.logits, dim=1).float()  # [batch, new, vocab], raw (before processors)
+        scale = first.temperature if sampling else 1.0
+        logp = torch.log_softmax(logits / scale, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+        generations = []
+        for row, request in enumerate(requests):
+            ids = new_tokens[row].tolist()[: request.max_new_tokens]
+            finish = "length"
+            for position, token in enumerate(ids):
+                if token in self.stop_ids:
+                    ids = ids[: position + 1]
+                    finish = "stop"
+                    break
+            generations.append(
+                Generation(
+                    completion_ids=ids,
+                    logprobs=logp[row, : len(ids)].tolist(),
+                    text=self._tokenizer.decode(ids, skip_special_tokens=True),
+                    finish_reason=finish,
+                    policy_version=self.policy_version,
+                )
+            )
+        return generations

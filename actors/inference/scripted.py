@@ -1,0 +1,81 @@
+"""A scripted inference backend for tests: it says chosen completions and scores them with a real model.
+
+The script is a JSON file `{"designer": [...], "hint": [...], "agent": [...]}`; each role's completions are
+used in turn (cycling). Each completion is tokenized, cut at `max_new_tokens`, ended with the stop token, and
+scored by a forward pass of the real model, so its log-probs are the model's own (at the request's temperature)
+and training on it is real training.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from actors.inference.base import Generation, GenerationRequest, InferenceBackend
+from actors.inference.hf import load_model, load_tokenizer, stop_token_ids
+from learner.logprobs import token_logprobs
+
+ROLES = ("designer", "hint", "agent")
+
+
+class ScriptError(ValueError):
+    pass
+
+
+def load_script(path: str) -> dict[str, list[str]]:
+    file = Path(path)
+    if not file.is_file():
+        raise ScriptError(f"inference.script {path} does not exist")
+    data = json.loads(file.read_text())
+    for role in ROLES:
+        items = data.get(role)
+        if not isinstance(items, list) or not items or not all(isinstance(x, str) for x in items):
+            raise ScriptError(f"inference.script {path}: {role!r} must be a non-empty list of strings")
+    return {role: data[role] for role in ROLES}
+
+
+class ScriptedBackend(InferenceBackend):
+    name = "scripted"
+
+    def __init__(self, model_path: str, script_path: str, *, seed: int = 0):
+        self._tokenizer = load_tokenizer(model_path)
+        self.model = load_model(model_path)
+        self.script = load_script(script_path)
+        self.counters = {role: 0 for role in ROLES}
+        self.stop_id = stop_token_ids(self._tokenizer)[0]
+        torch.manual_seed(seed)
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    def load_weights(self, path: str, version: int) -> None:
+        self.model = load_model(path)
+        self.policy_version = version
+
+    def _next_text(self, role: str) -> str:
+        items = self.script[role]
+        text = items[self.counters[role] % len(items)]
+        self.counters[role] += 1
+        return text
+
+    @torch.no_grad()
+    def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        out = []
+        for request in requests:
+            ids = self._tokenizer(self._next_text(request.role), add_special_tokens=False)["input_ids"]
+            ids = (ids + [self.stop_id])[: request.max_new_tokens]
+            full = torch.tensor([request.prompt_ids + ids], dtype=torch.long)
+            logp = token_logprobs(self.model, full, torch.ones_like(full), request.temperature)[0]
+            out.append(
+                Generation(
+                    completion_ids=ids,
+                    logprobs=logp[len(request.prompt_ids) :].tolist(),
+                    text=self._tokenizer.decode(ids, skip_special_tokens=True),
+                    finish_reason="stop" if ids[-1] == self.stop_id else "length",
+                    policy_version=self.policy_version,
+                )
+            )
+        return out

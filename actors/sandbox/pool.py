@@ -1,0 +1,505 @@
+"""A pool of long-lived sandbox workers that play untrusted environments, driven by trio.
+
+    async with open_sandbox_pool(workers=2) as pool:
+        async with pool.open_episode(source, max_turns=25) as episode:
+            observation, info = await episode.reset(seed=0)
+            result = await episode.step("\\boxed{3}")
+
+Each worker is a `worker.py` interpreter started at the strongest isolation level this machine allows
+(`isolation.py`), in its own session so that a kill reaches everything it started. An episode executes its
+source in a fresh module inside a warm worker. Anything the environment does wrong raises `EpisodeFailed` and
+ends that episode only: a worker that timed out, crashed, broke the protocol, hit a limit, changed the
+interpreter's shared state or served `episodes_per_worker` episodes is killed and replaced in the background.
+"""
+
+import math
+import os
+import signal
+import subprocess
+import warnings
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+import trio
+
+from actors.sandbox import protocol
+from actors.sandbox.isolation import (
+    ALLOWED_MODULES, REQUESTS, IsolationLevel, candidate_commands, find_interpreter, resolve_level, worker_source,
+)
+
+__all__ = [
+    "EpisodeFailed", "Episode", "IsolationLevel", "IsolationWarning", "PoolStatistics", "SandboxPool",
+    "SandboxUnavailable", "StepResult", "open_sandbox_pool",
+]
+
+FAILURE_KINDS = ("error", "timeout", "crashed", "limit", "protocol", "invalid")
+DETAIL_CHARS = 2000
+START_TIMEOUT_S = 20.0
+END_TIMEOUT_S = 5.0
+FILE_SIZE_MB = 16
+OPEN_FILES = 64
+SPAWN_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+
+
+class EpisodeFailed(Exception):
+    """The environment misbehaved; `kind` is one of FAILURE_KINDS, `detail` says how (bounded length)."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        assert kind in FAILURE_KINDS, kind
+        self.kind = kind
+        self.detail = detail[-DETAIL_CHARS:]
+        super().__init__(f"{kind}: {self.detail}")
+
+
+class SandboxUnavailable(RuntimeError):
+    """No worker could be started at the requested isolation level (an infrastructure problem)."""
+
+
+class IsolationWarning(UserWarning):
+    """The pool runs with weaker isolation than bubblewrap plus seccomp."""
+
+
+class StepResult(msgspec.Struct, frozen=True):
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+
+class PoolStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    isolation: str
+    workers: int
+    episodes_served: int
+    episodes_failed: int
+    failures_by_kind: dict[str, int]
+    workers_started: int
+    workers_replaced: int
+
+
+class _Config(msgspec.Struct, frozen=True, kw_only=True):
+    workers: int
+    step_timeout_s: float
+    episode_timeout_s: float
+    memory_mb: int
+    cpu_seconds: int
+    max_output_bytes: int
+    episodes_per_worker: int
+
+
+class _WorkerGone(Exception):
+    """The worker cannot be trusted any more; carries the EpisodeFailed to raise."""
+
+    def __init__(self, failure: EpisodeFailed) -> None:
+        super().__init__(failure.kind)
+        self.failure = failure
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class _WorkerProcess:
+    """One worker: its process, the two pipes, and the frame buffer."""
+
+    def __init__(self, command: list[str], max_frame: int, wrapped: bool) -> None:
+        child_stdin, self._stdin_fd = os.pipe2(os.O_CLOEXEC)
+        self._stdout_fd, child_stdout = os.pipe2(os.O_CLOEXEC)
+        self._stderr_fd, child_stderr = os.pipe2(os.O_CLOEXEC)
+        try:
+            # Popen runs here, in the trio thread, and not via trio.open_process: that forks from a cached
+            # helper thread, and PR_SET_PDEATHSIG (bwrap --die-with-parent) fires when that thread exits.
+            self._popen = subprocess.Popen(
+                command, stdin=child_stdin, stdout=child_stdout, stderr=child_stderr, cwd="/",
+                env=SPAWN_ENV, start_new_session=True, close_fds=True,
+            )
+        except BaseException:
+            for fd in (self._stdin_fd, self._stdout_fd, self._stderr_fd):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (child_stdin, child_stdout, child_stderr):
+                os.close(fd)
+        os.set_blocking(self._stderr_fd, False)
+        self.pid = self._popen.pid
+        try:
+            self._pidfd: int | None = os.pidfd_open(self.pid)
+        except OSError:  # kernels before 5.3: poll instead
+            self._pidfd = None
+        self._send = trio.lowlevel.FdStream(self._stdin_fd)
+        self._receive = trio.lowlevel.FdStream(self._stdout_fd)
+        self._buffer = bytearray()
+        self._max_frame = max_frame
+        self._wrapped = wrapped  # bwrap/unshare report a child's death by signal N as exit status 128 + N
+        self.episodes = 0
+        self.trusted = True
+        self.ready: protocol.Ready | None = None
+
+    async def request(self, message: protocol.Request) -> protocol.Reply:
+        """One round trip. Raises _WorkerGone if the worker dies or answers garbage."""
+        try:
+            await self._send.send_all(protocol.encode_frame(message))
+            return await self.receive()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise _WorkerGone(await self._death()) from exc
+
+    async def receive(self) -> protocol.Reply:
+        buffer = self._buffer
+        while len(buffer) < 4:
+            await self._fill()
+        size = int.from_bytes(buffer[:4], "big")
+        if size > self._max_frame:
+            self.trusted = False
+            raise _WorkerGone(EpisodeFailed("limit", f"reply of {size} bytes exceeds max_output_bytes"))
+        while len(buffer) < 4 + size:
+            await self._fill()
+        frame = bytes(buffer[4:4 + size])
+        del buffer[:4 + size]
+        try:
+            return protocol.reply_decoder.decode(frame)
+        except msgspec.DecodeError as exc:
+            self.trusted = False
+            raise _WorkerGone(EpisodeFailed("protocol", f"undecodable reply from the worker: {exc}")) from exc
+
+    async def _fill(self) -> None:
+        data = await self._receive.receive_some(1 << 16)
+        if not data:
+            raise _WorkerGone(await self._death())
+        self._buffer += data
+
+    async def _death(self) -> EpisodeFailed:
+        """Why the worker went away (it closed its pipe, so it is exiting or gone)."""
+        self.trusted = False
+        with trio.move_on_after(1.0):
+            await self.wait()
+        code = self._popen.returncode
+        if code is None:
+            self.kill()
+            return EpisodeFailed("crashed", "the worker closed its pipe")
+        number = -code if code < 0 else (code - 128 if self._wrapped and code > 128 else 0)
+        tail = self.stderr_tail()
+        if number == signal.SIGXCPU:
+            return EpisodeFailed("limit", "CPU time limit exceeded")
+        if number:
+            return EpisodeFailed("crashed", f"the worker was killed by {_signal_name(number)}{tail}")
+        return EpisodeFailed("crashed", f"the worker exited with status {code}{tail}")
+
+    def stderr_tail(self) -> str:
+        try:
+            text = os.read(self._stderr_fd, 4096).decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+        return f" ({text[-500:]})" if text else ""
+
+    def kill(self) -> None:
+        self.trusted = False
+        if self._popen.returncode is not None:
+            return
+        try:
+            os.killpg(self.pid, signal.SIGKILL)  # the whole session: whatever the worker started goes too
+        except ProcessLookupError:
+            pass
+
+    async def wait(self) -> int:
+        if self._pidfd is not None:
+            if self._popen.returncode is None:
+                await trio.lowlevel.wait_readable(self._pidfd)
+            return self._popen.wait()
+        while self._popen.poll() is None:
+            await trio.sleep(0.01)
+        return self._popen.returncode
+
+    async def aclose(self) -> None:
+        """Kill and reap; never raises for a worker that already died."""
+        self.kill()
+        with trio.CancelScope(shield=True):
+            await self.wait()
+            for stream in (self._send, self._receive):
+                await stream.aclose()
+            os.close(self._stderr_fd)
+            if self._pidfd is not None:
+                trio.lowlevel.notify_closing(self._pidfd)
+                os.close(self._pidfd)
+                self._pidfd = None
+
+
+class Episode:
+    """One environment instance in one worker; obtained from `SandboxPool.open_episode`."""
+
+    def __init__(self, pool: "SandboxPool", worker: _WorkerProcess, max_turns: int | None) -> None:
+        self._pool = pool
+        self._worker = worker
+        self._max_turns = max_turns
+        self._deadline = trio.current_time() + pool.config.episode_timeout_s
+        self._failure: EpisodeFailed | None = None
+        self.class_name = ""
+        self.has_solution = False
+        self.turns = 0
+
+    @property
+    def failure(self) -> EpisodeFailed | None:
+        return self._failure
+
+    async def _call(self, message: protocol.Request) -> protocol.Reply:
+        if self._failure is not None:
+            raise EpisodeFailed(self._failure.kind, f"the episode already failed: {self._failure.detail}")
+        worker = self._worker
+        now = trio.current_time()
+        episode_left = self._deadline - now
+        limit = min(self._pool.config.step_timeout_s, episode_left)
+        worker.trusted = False  # until a whole reply is back: a cancellation in between leaves it unusable
+        try:
+            with trio.move_on_after(max(limit, 0.0)) as scope:
+                reply = await worker.request(message)
+            if scope.cancelled_caught:
+                what = "the episode" if episode_left <= self._pool.config.step_timeout_s else "the call"
+                raise EpisodeFailed("timeout", f"{what} took longer than {limit:.3g} s")
+        except _WorkerGone as gone:
+            raise self._fail(gone.failure) from None
+        except EpisodeFailed as failure:
+            raise self._fail(failure) from None
+        worker.trusted = True
+        if isinstance(reply, protocol.Failed):
+            kind = reply.kind if reply.kind in FAILURE_KINDS else "protocol"
+            raise self._fail(EpisodeFailed(kind, reply.detail))
+        return reply
+
+    def _fail(self, failure: EpisodeFailed) -> EpisodeFailed:
+        self._failure = failure
+        return failure
+
+    def _expect(self, reply: protocol.Reply, kind: type) -> Any:
+        if not isinstance(reply, kind):
+            self._worker.trusted = False
+            raise self._fail(EpisodeFailed("protocol", f"unexpected {type(reply).__name__} reply"))
+        return reply
+
+    async def _load(self, source: str) -> None:
+        reply = self._expect(await self._call(protocol.Load(source=source)), protocol.Loaded)
+        self.class_name = reply.class_name
+        self.has_solution = reply.has_solution
+
+    async def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        reply = self._expect(await self._call(protocol.Reset(seed=seed)), protocol.ResetDone)
+        self.turns = 0
+        return reply.observation, reply.info
+
+    async def step(self, action: str) -> StepResult:
+        if not isinstance(action, str):
+            raise TypeError(f"action must be str, got {type(action).__name__}")
+        reply = self._expect(await self._call(protocol.Step(action=action)), protocol.StepDone)
+        self.turns += 1
+        truncated = reply.truncated or (self._max_turns is not None and self.turns >= self._max_turns)
+        return StepResult(reply.observation, reply.reward, reply.terminated, truncated, reply.info)
+
+    async def solution(self) -> list[str] | None:
+        reply = self._expect(await self._call(protocol.Solution()), protocol.SolutionDone)
+        return reply.actions
+
+
+class _Slot:
+    """A place for one worker; the idle channel holds the slots free for an episode."""
+
+    def __init__(self) -> None:
+        self.worker: _WorkerProcess | None = None
+
+
+class SandboxPool:
+    """Use `open_sandbox_pool`; this object is only valid inside it."""
+
+    def __init__(self, config: _Config, requested: str, nursery: trio.Nursery) -> None:
+        self.config = config
+        self._requested = requested
+        self._nursery = nursery
+        self._idle_send, self._idle_receive = trio.open_memory_channel[_Slot](config.workers)
+        self._slots = [_Slot() for _ in range(config.workers)]
+        self._command: list[str] = []
+        self._level: IsolationLevel | None = None
+        self._wrapped = False
+        self._served = 0
+        self._failures: Counter[str] = Counter()
+        self._started = 0
+        self._replaced = 0
+        self._closed = False
+
+    @property
+    def isolation(self) -> IsolationLevel:
+        assert self._level is not None
+        return self._level
+
+    def statistics(self) -> PoolStatistics:
+        return PoolStatistics(
+            isolation=str(self.isolation), workers=self.config.workers, episodes_served=self._served,
+            episodes_failed=sum(self._failures.values()), failures_by_kind=dict(self._failures),
+            workers_started=self._started, workers_replaced=self._replaced,
+        )
+
+    # ------------------------------------------------------------------ workers
+    def _script_args(self, base: str) -> list[str]:
+        config = {
+            "memory_mb": self.config.memory_mb, "cpu_seconds": self.config.cpu_seconds,
+            "file_size_mb": FILE_SIZE_MB, "open_files": OPEN_FILES,
+            "max_output_bytes": self.config.max_output_bytes, "allowed_modules": list(ALLOWED_MODULES),
+            "seccomp": base != "rlimits", "die_with_parent": True,
+            "parent_pid": os.getpid() if base == "rlimits" else None,
+        }
+        return ["-c", worker_source(), msgspec.json.encode(config).decode()]
+
+    async def _spawn(self, command: list[str], wrapped: bool) -> _WorkerProcess:
+        worker = _WorkerProcess(command, self.config.max_output_bytes + 4096, wrapped)
+        try:
+            with trio.fail_after(START_TIMEOUT_S):
+                ready = await worker.receive()
+            if not isinstance(ready, protocol.Ready):
+                detail = ready.detail if isinstance(ready, protocol.Failed) else type(ready).__name__
+                raise SandboxUnavailable(f"the worker did not start: {detail}")
+        except _WorkerGone as gone:
+            await worker.aclose()
+            raise SandboxUnavailable(f"the worker did not start: {gone.failure.detail}") from None
+        except BaseException:
+            await worker.aclose()
+            raise
+        worker.ready = ready
+        self._started += 1
+        return worker
+
+    async def _choose_level(self) -> None:
+        """Start the first worker at the best level that works; it becomes slot 0's worker."""
+        python = find_interpreter()
+        errors: list[str] = []
+        for base in REQUESTS[self._requested]:
+            for command in candidate_commands(base, python, self._script_args(base)):
+                try:
+                    worker = await self._spawn(command, wrapped=base != "rlimits")
+                except (SandboxUnavailable, OSError, trio.TooSlowError) as exc:
+                    errors.append(f"{base}: {exc}")
+                    continue
+                self._command, self._wrapped = command, base != "rlimits"
+                self._level = resolve_level(base, worker.ready.seccomp)
+                self._slots[0].worker = worker
+                if self._level != IsolationLevel.BUBBLEWRAP_SECCOMP:
+                    reasons = "; ".join(errors + ([f"seccomp: {worker.ready.seccomp_detail}"]
+                                                  if base != "rlimits" and not worker.ready.seccomp else []))
+                    warnings.warn(IsolationWarning(
+                        f"SANDBOX ISOLATION IS WEAKER THAN bubblewrap+seccomp: running at {self._level!s} "
+                        f"(requested {self._requested!r}). {reasons or 'forced by the caller.'}"), stacklevel=4)
+                return
+            if not candidate_commands(base, python, []):
+                errors.append(f"{base}: not installed")
+        raise SandboxUnavailable(f"no sandbox worker could be started ({'; '.join(errors)})")
+
+    async def _start_worker(self) -> _WorkerProcess:
+        return await self._spawn(self._command, self._wrapped)
+
+    async def _refill(self, slot: _Slot) -> None:
+        try:
+            slot.worker = await self._start_worker()
+        except (SandboxUnavailable, OSError, trio.TooSlowError):
+            slot.worker = None  # the next episode on this slot retries and reports the error
+        finally:
+            self._idle_send.send_nowait(slot)
+
+    async def _open(self) -> None:
+        await self._choose_level()
+        async with trio.open_nursery() as nursery:
+            for slot in self._slots[1:]:
+                nursery.start_soon(self._refill, slot)
+        self._idle_send.send_nowait(self._slots[0])
+
+    async def _aclose(self) -> None:
+        self._closed = True
+        for slot in self._slots:
+            if slot.worker is not None:
+                await slot.worker.aclose()
+                slot.worker = None
+
+    # ------------------------------------------------------------------ episodes
+    @asynccontextmanager
+    async def open_episode(self, source: str, *, max_turns: int | None = None,
+                           fresh_worker: bool = False) -> AsyncIterator[Episode]:
+        """Load `source` in a warm worker (a never-used one if `fresh_worker`) and instantiate its Env class.
+
+        Waits while all workers are busy. Raises EpisodeFailed if the source does not load.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("the sandbox pool is closed")
+        slot = await self._idle_receive.receive()
+        episode: Episode | None = None
+        try:
+            if slot.worker is not None and (fresh_worker and slot.worker.episodes or not slot.worker.trusted):
+                await slot.worker.aclose()
+                slot.worker = None
+                self._replaced += 1
+            if slot.worker is None:
+                slot.worker = await self._start_worker()
+            slot.worker.episodes += 1
+            self._served += 1
+            episode = Episode(self, slot.worker, max_turns)
+            await episode._load(source)
+            yield episode
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._release(slot, episode)
+
+    async def _release(self, slot: _Slot, episode: Episode | None) -> None:
+        worker = slot.worker
+        if episode is not None and episode.failure is not None:
+            self._failures[episode.failure.kind] += 1
+        keep = False
+        if worker is not None and worker.trusted and not self._closed:
+            try:
+                with trio.move_on_after(END_TIMEOUT_S):
+                    ended = await worker.request(protocol.End())
+                    keep = (isinstance(ended, protocol.Ended) and not ended.retire
+                            and worker.episodes < self.config.episodes_per_worker)
+            except _WorkerGone:
+                keep = False
+        if keep:
+            self._idle_send.send_nowait(slot)
+            return
+        if worker is not None:
+            await worker.aclose()
+            slot.worker = None
+            self._replaced += 1
+        if self._closed:
+            self._idle_send.send_nowait(slot)
+        else:
+            self._nursery.start_soon(self._refill, slot)
+
+
+@asynccontextmanager
+async def open_sandbox_pool(
+    *, workers: int = 2, step_timeout_s: float = 10.0, episode_timeout_s: float = 120.0, memory_mb: int = 1024,
+    cpu_seconds: int = 60, max_output_bytes: int = 65536, episodes_per_worker: int = 200, isolation: str = "auto",
+) -> AsyncIterator[SandboxPool]:
+    """Start `workers` sandbox workers at the strongest isolation available (or the one requested).
+
+    isolation: "auto" (bubblewrap, else unshare, else rlimits, with an IsolationWarning below
+    bubblewrap+seccomp) or one of "bubblewrap", "unshare", "rlimits" (SandboxUnavailable if it cannot start).
+    """
+    if isolation not in REQUESTS:
+        raise ValueError(f"isolation must be one of {sorted(REQUESTS)}, got {isolation!r}")
+    for name, value in (("workers", workers), ("step_timeout_s", step_timeout_s), ("memory_mb", memory_mb),
+                        ("episode_timeout_s", episode_timeout_s), ("cpu_seconds", cpu_seconds),
+                        ("max_output_bytes", max_output_bytes), ("episodes_per_worker", episodes_per_worker)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a positive number, got {value!r}")
+    config = _Config(workers=int(workers), step_timeout_s=float(step_timeout_s),
+                     episode_timeout_s=float(episode_timeout_s), memory_mb=int(memory_mb),
+                     cpu_seconds=int(cpu_seconds), max_output_bytes=int(max_output_bytes),
+                     episodes_per_worker=int(episodes_per_worker))
+    async with trio.open_nursery() as nursery:
+        pool = SandboxPool(config, isolation, nursery)
+        try:
+            await pool._open()
+            yield pool
+        finally:
+            nursery.cancel_scope.cancel()
+            with trio.CancelScope(shield=True):
+                await pool._aclose()

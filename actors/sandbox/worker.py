@@ -1,0 +1,483 @@
+"""Sandbox worker: runs one untrusted environment at a time for the pool in `actors/sandbox/pool.py`.
+
+Never imported by the engine. The pool starts it as `python3.11 -I -S -c <this file's text> <config json>`,
+inside bubblewrap where it can, so it may use the standard library only and sees no file of the host but /usr.
+Start-up: take private copies of the stdin/stdout pipes for the frames and point fds 0-2 at /dev/null, set the
+resource limits, install the seccomp deny-list, snapshot the interpreter state, answer `ready`.
+Then it serves requests, one frame in, one frame out: a frame is a 4-byte big-endian length and a JSON object.
+Each episode's source is executed in a fresh module with a fresh builtins dict whose `__import__` only admits
+the allow-list; after the episode the interpreter is compared with the snapshot (builtins, module and class
+dicts, signal handlers, threads, open files) and the worker asks to be replaced if anything changed.
+"""
+
+import _thread
+import builtins
+import ctypes
+import gc
+import json
+import linecache
+import math
+import os
+import random
+import resource
+import signal
+import sys
+import traceback
+import types
+
+DETAIL_CHARS = 2000
+MODULE_NAME = "spade_env"
+SOURCE_NAME = "<environment>"
+HIDDEN_BUILTINS = ("open", "input", "breakpoint", "exit", "quit", "help", "copyright", "credits", "license")
+
+# ---------------------------------------------------------------------------------------------- seccomp
+# Syscalls answered with EPERM. Numbers from the kernel's syscall tables (x86_64: arch/x86/entry/syscalls;
+# aarch64: include/uapi/asm-generic/unistd.h). Threads are refused too (clone), which is intended.
+_DENIED_NAMES = (
+    "socket socketpair connect bind listen accept accept4 clone clone3 fork vfork execve execveat kill tkill "
+    "tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open pidfd_send_signal pidfd_getfd ptrace "
+    "process_vm_readv process_vm_writev mount umount2 pivot_root chroot unshare setns open_tree move_mount "
+    "fsopen fsconfig fsmount fspick mount_setattr reboot init_module finit_module delete_module kexec_load "
+    "kexec_file_load add_key request_key keyctl bpf perf_event_open userfaultfd io_uring_setup "
+    "io_uring_enter io_uring_register personality swapon swapoff acct quotactl sethostname setdomainname "
+    "open_by_handle_at name_to_handle_at iopl ioperm"
+).split()
+_SYSCALLS = {
+    "x86_64": (0xC000003E, {
+        "socket": 41, "connect": 42, "accept": 43, "bind": 49, "listen": 50, "socketpair": 53, "clone": 56,
+        "fork": 57, "vfork": 58, "execve": 59, "kill": 62, "ptrace": 101, "rt_sigqueueinfo": 129,
+        "personality": 135, "pivot_root": 155, "chroot": 161, "acct": 163, "mount": 165, "umount2": 166,
+        "swapon": 167, "swapoff": 168, "reboot": 169, "sethostname": 170, "setdomainname": 171, "iopl": 172,
+        "ioperm": 173, "init_module": 175, "delete_module": 176, "quotactl": 179, "tkill": 200,
+        "tgkill": 234, "kexec_load": 246, "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
+        "accept4": 288, "rt_tgsigqueueinfo": 297, "perf_event_open": 298, "name_to_handle_at": 303,
+        "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311,
+        "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "execveat": 322, "userfaultfd": 323,
+        "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+        "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438, "mount_setattr": 442,
+    }),
+    "aarch64": (0xC00000B7, {
+        "umount2": 39, "mount": 40, "pivot_root": 41, "chroot": 51, "quotactl": 60, "acct": 89,
+        "personality": 92, "unshare": 97, "kexec_load": 104, "init_module": 105, "delete_module": 106,
+        "ptrace": 117, "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "reboot": 142,
+        "sethostname": 161, "setdomainname": 162, "socket": 198, "socketpair": 199, "bind": 200,
+        "listen": 201, "accept": 202, "connect": 203, "add_key": 217, "request_key": 218, "keyctl": 219,
+        "clone": 220, "execve": 221, "swapon": 224, "swapoff": 225, "rt_tgsigqueueinfo": 240,
+        "perf_event_open": 241, "accept4": 242, "name_to_handle_at": 264, "open_by_handle_at": 265,
+        "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271, "finit_module": 273, "bpf": 280,
+        "execveat": 281, "userfaultfd": 282, "kexec_file_load": 294, "pidfd_send_signal": 424,
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
+        "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_open": 434,
+        "clone3": 435, "pidfd_getfd": 438, "mount_setattr": 442,
+    }),
+}
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def install_seccomp():
+    """Install the deny-list as a classic BPF filter; returns "" on success, else why it was not installed."""
+    machine = os.uname().machine
+    if machine not in _SYSCALLS:
+        return f"no syscall table for {machine}"
+    arch, numbers = _SYSCALLS[machine]
+    denied = sorted({numbers[name] for name in _DENIED_NAMES if name in numbers})
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
+    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld_abs, 0, 0, 0)]
+    checks = ([(jge, 0, 0, 0x40000000)] if machine == "x86_64" else []) + [(jeq, 0, 0, n) for n in denied]
+    first = len(prog)
+    deny_at = first + len(checks) + 1
+    for i, (code, _, _, k) in enumerate(checks):
+        prog.append((code, deny_at - (first + i) - 1, 0, k))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    array = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), array)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return f"PR_SET_NO_NEW_PRIVS failed: errno {ctypes.get_errno()}"
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        return f"PR_SET_SECCOMP failed: errno {ctypes.get_errno()}"
+    return ""
+
+
+def set_limits(config):
+    mb = 1024 * 1024
+    for which, value in (
+        (resource.RLIMIT_AS, config["memory_mb"] * mb),
+        (resource.RLIMIT_FSIZE, config["file_size_mb"] * mb),
+        (resource.RLIMIT_NOFILE, config["open_files"]),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NPROC, 0),  # ignored for root; the seccomp filter and namespaces cover that case
+    ):
+        resource.setrlimit(which, (value, value))
+
+
+def restart_cpu_clock(seconds):
+    """Give the coming episode `seconds` of CPU time; SIGXCPU (fatal) beyond that."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    spent = int(used.ru_utime + used.ru_stime) + 1
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = spent + seconds
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+# ---------------------------------------------------------------------------------------------- frames
+class Channel:
+    """Frames over private copies of the original stdin/stdout fds."""
+
+    def __init__(self, read_fd, write_fd, max_output_bytes):
+        self.read_fd, self.write_fd, self.max_output_bytes = read_fd, write_fd, max_output_bytes
+        self.encode = json.JSONEncoder(ensure_ascii=False, check_circular=False, allow_nan=False,
+                                       separators=(",", ":")).encode
+        self.info_encode = json.JSONEncoder(ensure_ascii=False, skipkeys=True, allow_nan=False,
+                                            separators=(",", ":"), default=_jsonable).encode
+        self.decode = json.JSONDecoder().decode
+
+    def _read_exact(self, n):
+        chunks, left = [], n
+        while left:
+            chunk = os.read(self.read_fd, min(left, 1 << 20))
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def receive(self):
+        size = int.from_bytes(self._read_exact(4), "big")
+        return self.decode(self._read_exact(size).decode("utf-8"))
+
+    def send(self, message):
+        try:
+            text = self.encode(message)
+        except (TypeError, ValueError) as exc:
+            text = self.encode(failure("protocol", f"reply could not be encoded: {exc}"))
+        data = text.encode("utf-8", "replace")  # lone surrogates only occur inside JSON strings
+        if len(data) > self.max_output_bytes:
+            data = self.encode(failure("limit", f"reply of {len(data)} bytes exceeds max_output_bytes="
+                                                f"{self.max_output_bytes}")).encode()
+        data = len(data).to_bytes(4, "big") + data
+        while data:
+            data = data[os.write(self.write_fd, data):]
+
+
+def _jsonable(value):
+    return repr(value)[:200]
+
+
+def failure(kind, detail):
+    return {"type": "failed", "kind": kind, "detail": detail[-DETAIL_CHARS:]}
+
+
+class Sink:
+    """Stands in for sys.stdout/sys.stderr: the environment's prints are counted and dropped."""
+
+    def __init__(self):
+        self.chars = 0
+
+    def write(self, text):
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        self.chars += len(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+    def writable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+
+# ---------------------------------------------------------------------------------------------- state
+def _fingerprint(mapping):
+    return tuple(map(id, mapping)), tuple(map(id, mapping.values()))
+
+
+class Snapshot:
+    """What an episode must leave as it found it, compared by identity (an object's __eq__ is never run)."""
+
+    def __init__(self):
+        self.refs = []  # keeps every fingerprinted object alive so that its id cannot be reused
+        self.dicts = []
+        for module in list(sys.modules.values()):
+            if module is None or module.__name__ == "__main__":
+                continue
+            self._add(module.__dict__)
+            for value in list(module.__dict__.values()):
+                if isinstance(value, type) and not (value.__flags__ & (1 << 9)):  # not Py_TPFLAGS_IMMUTABLETYPE
+                    self._add(value.__dict__)
+        self.module_names = set(sys.modules)
+        self.signals = {s: signal.getsignal(s) for s in signal.valid_signals()
+                        if s not in (signal.SIGKILL, signal.SIGSTOP)}
+        self.fds = self.open_fds()
+        self.recursion_limit = sys.getrecursionlimit()
+        self.cwd = os.getcwd()
+
+    def _add(self, mapping):
+        self.refs.append(dict(mapping))
+        self.dicts.append((mapping, _fingerprint(mapping)))
+
+    @staticmethod
+    def open_fds():
+        try:
+            return len(os.listdir("/proc/self/fd"))
+        except OSError:
+            return -1
+
+    def changes(self, builtins_dict):
+        """Why this interpreter should not serve another episode ("" if it may)."""
+        if _thread._count() or len(sys._current_frames()) > 1:
+            return "a thread is still running"
+        if _fingerprint(builtins_dict) != self.builtins_print:
+            return "builtins were modified"
+        for mapping, print_ in self.dicts:
+            if _fingerprint(mapping) != print_:
+                return "a module or class was modified"
+        for name in set(sys.modules) - self.module_names:
+            if not name.startswith(MODULE_NAME):
+                self.module_names.add(name)  # a lazily imported standard module: harmless
+        if any(signal.getsignal(s) is not handler for s, handler in self.signals.items()):
+            return "a signal handler was changed"
+        if self.open_fds() != self.fds:
+            return "a file descriptor was left open"
+        if sys.getrecursionlimit() != self.recursion_limit or os.getcwd() != self.cwd:
+            return "interpreter settings were changed"
+        return ""
+
+
+# ---------------------------------------------------------------------------------------------- episodes
+def guarded_import_factory(allowed, real_import):
+    def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level:
+            raise ImportError("relative imports are not allowed in environments")
+        if name.partition(".")[0] not in allowed:
+            raise ImportError(f"import of {name!r} is not allowed in environments")
+        return real_import(name, globals, locals, fromlist, level)
+    return guarded_import
+
+
+def describe(exc, skip_frames=1):
+    tb = exc.__traceback__
+    for _ in range(skip_frames):
+        tb = tb.tb_next if tb is not None and tb.tb_next is not None else tb
+    try:
+        lines = traceback.format_exception(type(exc), exc, tb)
+    except BaseException:  # noqa: BLE001 - a hostile exception may break formatting itself
+        lines = [f"{type(exc).__name__} (could not be formatted)"]
+    return "".join(lines).strip()[-DETAIL_CHARS:]
+
+
+def kind_of(exc):
+    return "limit" if isinstance(exc, (MemoryError, RecursionError)) else "error"
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class Worker:
+    def __init__(self, channel, config):
+        self.channel = channel
+        self.config = config
+        self.allowed = frozenset(config["allowed_modules"])
+        self.pristine_builtins = dict(builtins.__dict__)
+        for name in HIDDEN_BUILTINS:
+            self.pristine_builtins.pop(name, None)
+        self.pristine_builtins["__import__"] = guarded_import_factory(self.allowed, builtins.__import__)
+        self.env = None
+        self.module = None
+        self.episode_builtins = None
+        self.sink = Sink()
+        self.snapshot = None
+
+    def serve(self):
+        handlers = {"load": self.load, "reset": self.reset, "step": self.step, "solution": self.solution,
+                    "end": self.end}
+        while True:
+            try:
+                request = self.channel.receive()
+            except EOFError:
+                return
+            handler = handlers.get(request.get("op"))
+            reply = handler(request) if handler else failure("protocol", f"unknown op {request.get('op')!r}")
+            self.channel.send(reply)
+            if reply.get("type") == "ended" and reply.get("retire"):
+                return
+
+    def load(self, request):
+        if self.env is not None or self.module is not None:
+            self.forget()
+        restart_cpu_clock(self.config["cpu_seconds"])
+        random.seed()
+        source = request["source"]
+        try:
+            code = compile(source, SOURCE_NAME, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+            return failure("invalid", describe(exc, 0))
+        module = types.ModuleType(MODULE_NAME)
+        self.episode_builtins = dict(self.pristine_builtins)
+        module.__dict__["__builtins__"] = self.episode_builtins
+        self.module = module
+        sys.modules[MODULE_NAME] = module
+        linecache.cache[SOURCE_NAME] = (len(source), None, source.splitlines(True), SOURCE_NAME)
+        sys.stdout = sys.stderr = self.sink
+        try:
+            exec(code, module.__dict__)
+            found = [v for k, v in list(module.__dict__.items())
+                     if isinstance(v, type) and k.endswith("Env") and v.__module__ == MODULE_NAME]
+            if len(found) > 1:  # a base class and its subclass: take the one nothing derives from
+                found = [c for c in found if not any(o is not c and issubclass(o, c) for o in found)]
+            if len(found) != 1:
+                return failure("invalid", f"expected exactly one class whose name ends in 'Env', found "
+                                          f"{len(found)}")
+            cls = found[0]
+            for name in ("reset", "step"):
+                if not callable(getattr(cls, name, None)):
+                    return failure("invalid", f"{cls.__name__} has no {name}() method")
+            self.env = cls()
+            return {"type": "loaded", "class_name": cls.__name__,
+                    "has_solution": callable(getattr(cls, "solution", None))}
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are environment errors here
+            return failure(kind_of(exc), describe(exc))
+
+    def call(self, method, *args, **kwargs):
+        if self.env is None:
+            raise LookupError("no environment is loaded")
+        sys.stdout = sys.stderr = self.sink
+        return getattr(self.env, method)(*args, **kwargs)
+
+    def reset(self, request):
+        try:
+            result = self.call("reset", seed=request["seed"])
+            if isinstance(result, str):
+                result = (result, {})
+            if not isinstance(result, (tuple, list)) or len(result) != 2:
+                return failure("protocol", f"reset() must return (str, dict), got {_shape(result)}")
+            observation, info = result
+            if not isinstance(observation, str) or not isinstance(info, dict):
+                return failure("protocol", f"reset() must return (str, dict), got ({_type(observation)}, "
+                                           f"{_type(info)})")
+            return {"type": "reset", "observation": str(observation), "info": self.plain(info)}
+        except BaseException as exc:  # noqa: BLE001
+            return failure(kind_of(exc), describe(exc))
+
+    def step(self, request):
+        try:
+            result = self.call("step", request["action"])
+            if not isinstance(result, (tuple, list)) or len(result) != 5:
+                return failure("protocol", f"step() must return a 5-tuple, got {_shape(result)}")
+            observation, reward, terminated, truncated, info = result
+            if not isinstance(observation, str):
+                return failure("protocol", f"step() observation must be str, got {_type(observation)}")
+            if not is_number(reward):
+                return failure("protocol", f"reward must be a number, got {_type(reward)}")
+            reward = float(reward)
+            if not math.isfinite(reward):
+                return failure("protocol", f"reward is {reward} (must be finite)")
+            if not isinstance(terminated, bool) or not isinstance(truncated, bool):
+                return failure("protocol", f"terminated and truncated must be bool, got ({_type(terminated)}, "
+                                           f"{_type(truncated)})")
+            if not isinstance(info, dict):
+                return failure("protocol", f"step() info must be dict, got {_type(info)}")
+            return {"type": "step", "observation": str(observation), "reward": reward,
+                    "terminated": bool(terminated), "truncated": bool(truncated), "info": self.plain(info)}
+        except BaseException as exc:  # noqa: BLE001
+            return failure(kind_of(exc), describe(exc))
+
+    def solution(self, request):
+        try:
+            if not callable(getattr(self.env, "solution", None)):
+                return {"type": "solution", "actions": None}
+            actions = self.call("solution")
+            if actions is None:
+                return {"type": "solution", "actions": None}
+            if isinstance(actions, str):
+                actions = actions.splitlines()
+            if not isinstance(actions, (list, tuple)):
+                return failure("protocol", f"solution() must return a list of str, got {_type(actions)}")
+            if not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in actions):
+                return failure("protocol", "solution() must return a list of str")
+            return {"type": "solution", "actions": [a if isinstance(a, str) else str(a) for a in actions]}
+        except BaseException as exc:  # noqa: BLE001
+            return failure(kind_of(exc), describe(exc))
+
+    def plain(self, info):
+        """The info dict as JSON-safe data (unencodable values become their repr)."""
+        return self.channel.decode(self.channel.info_encode(dict(info)))
+
+    def forget(self):
+        self.env = None
+        module, self.module = self.module, None
+        if module is not None:
+            module.__dict__.clear()
+        sys.modules.pop(MODULE_NAME, None)
+        linecache.cache.pop(SOURCE_NAME, None)
+        sys.stdout = sys.stderr = self.sink
+        gc.collect()  # runs leftover __del__ methods now, inside this episode's time limit
+
+    def end(self, request):
+        try:
+            self.forget()
+            why = self.snapshot.changes(builtins.__dict__)
+        except BaseException as exc:  # noqa: BLE001
+            why = f"clean-up failed: {type(exc).__name__}"
+        return {"type": "ended", "retire": bool(why), "reason": why}
+
+
+def _type(value):
+    return type(value).__name__
+
+
+def _shape(value):
+    if isinstance(value, (tuple, list)):
+        return f"{_type(value)} of length {len(value)}"
+    return _type(value)
+
+
+def main():
+    config = json.loads(sys.argv[1])
+    read_fd, write_fd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    channel = Channel(read_fd, write_fd, config["max_output_bytes"])
+    try:
+        if config["die_with_parent"]:
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+            if config["parent_pid"] is not None and os.getppid() != config["parent_pid"]:
+                return  # the pool died before the line above took effect
+        for name in config["allowed_modules"]:
+            __import__(name)
+        set_limits(config)
+        seccomp = install_seccomp() if config["seccomp"] else "not requested"
+        worker = Worker(channel, config)
+        sys.stdout = sys.stderr = worker.sink
+        gc.collect()
+        gc.freeze()  # later collections only walk what the episodes allocated
+        worker.snapshot = Snapshot()
+        worker.snapshot.builtins_print = _fingerprint(builtins.__dict__)
+        worker.snapshot.refs.append(dict(builtins.__dict__))
+    except BaseException as exc:  # noqa: BLE001 - tell the pool why start-up failed
+        channel.send(failure("crashed", describe(exc, 0)))
+        return
+    channel.send({"type": "ready", "pid": os.getpid(), "python": sys.version.split()[0],
+                  "seccomp": seccomp == "", "seccomp_detail": seccomp})
+    worker.serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""`bin/spade-engine`: the command line.
+
+    bin/spade-engine up [--steps N] [--preset default|paper] [--config FILE] [--set section.key=value ...]
+                        [--model DIR] [--corpus FILE|DIR] [--run-dir DIR]
+    bin/spade-engine worker --run-dir DIR          attach one more rollout worker to a running engine
+    bin/spade-engine validate FILE.py [--json]     validate an environment in the sandbox (exit 0 valid, 1 not)
+    bin/spade-engine play FILE.py [--seed S] [--hint TEXT] [ACTION ...]
+    bin/spade-engine replay RUN_DIR [--step N] [--role agent|designer] [--env ID] [--limit N]
+
+Imports stay light until a subcommand needs more, so `--help` answers at once. A user mistake prints one line
+`error: ...` and exits 2; Ctrl-C stops every process of the run and exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A user mistake: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not a usage dump
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="spade-engine", description="SPADE self-play: an LLM designs environments and learns to solve them.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    up = sub.add_parser("up", help="run self-play (engine, learner and rollout workers)")
+    up.add_argument("--steps", type=int, help="training steps (run.steps)")
+    up.add_argument("--preset", default="default", help="default (sized for 2 CPU cores) or paper (the paper's schedule)")
+    up.add_argument("--config", help="a TOML file of config sections")
+    up.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override one config value")
+    up.add_argument("--model", help="a local Hugging Face model folder (default: the embedded SmolLM2-135M-Instruct)")
+    up.add_argument("--corpus", help="JSONL with `text`/`orig_doc`, or a folder of .txt files (default: shipped corpus)")
+    up.add_argument("--run-dir", help="where the run writes everything (default: runs/<date-time>)")
+    up.add_argument("--no-live", action="store_true", help="plain log lines instead of the live status line")
+
+    worker = sub.add_parser("worker", help="attach an extra rollout worker to a running engine")
+    worker.add_argument("--run-dir", required=True)
+    worker.add_argument("--worker-id", default="")
+    worker.add_argument("--connect", default=None, help="the engine's worker socket (default: the run's ipc socket)")
+
+    validate = sub.add_parser("validate", help="validate an environment file in the sandbox")
+    validate.add_argument("file")
+    validate.add_argument("--json", action="store_true")
+
+    play = sub.add_parser("play", help="play an environment in the sandbox (actions from the command line or typed)")
+    play.add_argument("file")
+    play.add_argument("--seed", type=int, default=None)
+    play.add_argument("--hint", default=None)
+    play.add_argument("actions", nargs="*")
+
+    replay = sub.add_parser("replay", help="print stored trajectories of a run from LMDB")
+    replay.add_argument("run_dir")
+    replay.add_argument("--step", type=int, default=None)
+    replay.add_argument("--role", choices=["agent", "designer"], default=None)
+    replay.add_argument("--env", default=None)
+    replay.add_argument("--limit", type=int, default=20)
+    replay.add_argument("--tokens", action="store_true", help="also decode the token ids (needs the run's model)")
+    return parser
+
+
+def _overrides(args) -> list[str]:
+    extra = list(args.set)
+    if args.steps is not None:
+        extra.append(f"run.steps={args.steps}")
+    if args.model:
+        extra.append(f"model.path={json.dumps(args.model)}")
+    if args.corpus:
+        extra.append(f"curriculum.corpus={json.dumps(args.corpus)}")
+    if args.run_dir:
+        extra.append(f"run.run_dir={json.dumps(args.run_dir)}")
+    return extra
+
+
+def cmd_up(args) -> int:
+    from engine.config import ConfigError, dump_config, load_config
+    from engine.curriculum import CorpusError, load_corpus, load_seeds
+    from engine.models import ModelError, check_model_folder, ensure_default_model
+    from engine.paths import RunPaths
+
+    try:
+        config = load_config(args.preset, args.config, _overrides(args))
+        load_corpus(config.curriculum.corpus or None)
+        model_path = check_model_folder(config.model.path) if config.model.path else None
+    except (ConfigError, CorpusError, ModelError) as exc:
+        raise UsageError(str(exc)) from None
+    run_dir = Path(config.run.run_dir or f"runs/{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    paths = RunPaths(run_dir)
+    if paths.config.exists():
+        raise UsageError(f"run directory {run_dir} already holds a run (choose another --run-dir)")
+    if model_path is None:
+        try:
+            model_path = check_model_folder(ensure_default_model())
+        except ModelError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.config.write_text(dump_config(config))
+    paths.update_meta(model_path=str(model_path), started=datetime.datetime.now().isoformat(), argv=sys.argv[1:])
+    print(f"run directory: {paths.root}")
+    print(f"model: {model_path}")
+    return _run_engine(config, paths, load_seeds(), live=not args.no_live)
+
+
+def _run_engine(config, paths, seeds, *, live: bool) -> int:
+    import trio
+
+    from engine.live import LiveView
+    from engine.processes import ChildFailed
+    from engine.run import Engine, EngineError
+    from engine.summary import print_summary
+
+    view = LiveView(config.run.steps, enabled=None if live else False)
+    engine = Engine(config, paths, seeds, view=view)
+    code = 0
+    try:
+        trio.run(engine.run)
+    except KeyboardInterrupt:
+        view.close()
+        print("\ninterrupted: stopping the learner and workers; everything committed stays in the store", file=sys.stderr)
+        code = 130
+    except (EngineError, ChildFailed) as exc:
+        view.close()
+        print(f"error: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        view.close()
+        engine.stop_children()
+    print_summary(paths)
+    return code
+
+
+def cmd_worker(args) -> int:
+    from actors.worker import main as worker_main
+
+    argv = ["--run-dir", args.run_dir] + (["--worker-id", args.worker_id] if args.worker_id else [])
+    if args.connect:
+        argv += ["--connect", args.connect]
+    return worker_main(argv)
+
+
+def cmd_validate(args) -> int:
+    from actors.sandbox.cli import validate_main
+
+    if not Path(args.file).is_file():
+        raise UsageError(f"environment file {args.file} does not exist")
+    return validate_main(args.file, args.json)
+
+
+def cmd_play(args) -> int:
+    from actors.sandbox.cli import play_main
+
+    if not Path(args.file).is_file():
+        raise UsageError(f"environment file {args.file} does not exist")
+    return play_main(args.file, args.seed, args.hint, args.actions)
+
+
+def cmd_replay(args) -> int:
+    from engine.replay import replay_main
+
+    return replay_main(args)
+
+
+COMMANDS = {"up": cmd_up, "worker": cmd_worker, "validate": cmd_validate, "play": cmd_play, "replay": cmd_replay}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

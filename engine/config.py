@@ -1,0 +1,277 @@
+"""Typed run configuration: one struct per component, loaded from TOML with `--set section.key=value` overrides.
+
+    config = load_config(preset="default", toml_path=None, overrides=["run.steps=3"])
+
+Every field has a default and a comment; the resolved config is written to the run directory as
+`config.toml`, and `rollout worker` and `learner` processes read it back from there. Bad input raises
+`ConfigError` with a one-line message naming the field and what to do.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+
+class ConfigError(ValueError):
+    """A user mistake in the configuration: the message names the field and the fix."""
+
+
+class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class RunConfig(_Section):
+    steps: int = 3  # training steps (one learner update each)
+    seed: int = 0  # seeds corpus sampling, play seeds and the learner
+    run_dir: str = ""  # empty: runs/<date-time>
+    max_staleness: int = 1  # eta: plays start only while the learner is at most this many versions ahead
+    log_every_turn: bool = False
+
+
+class ModelConfig(_Section):
+    path: str = ""  # local Hugging Face folder; empty: the embedded SmolLM2-135M-Instruct (converted once)
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+
+class CurriculumConfig(_Section):
+    skills: list[str] = msgspec.field(
+        default_factory=lambda: [
+            "Mathematical Reasoning",
+            "Logical Deduction",
+            "Spatial Reasoning",
+            "Pattern Recognition",
+            "Optimization",
+            "Causal Inference",
+        ]
+    )
+    skills_per_refresh: int = 3  # active skills each refresh epoch, rotated deterministically
+    envs_per_step: int = 3  # environment slots, assigned to active skills round-robin
+    refresh_interval: int = 2  # k: new environments every k steps; the designer reward is delayed by k steps
+    design_attempts: int = 2  # attempts per slot (a fresh passage each); the reference uses 5
+    corpus: str = ""  # JSONL (`text` or `orig_doc`) or a folder of .txt files; empty: the shipped corpus
+    max_passage_words: int = 220  # passages are cut to this many words in the designer prompt
+    memory_capacity: int = 200
+    memory_positives: int = 2
+    memory_negatives: int = 1
+    example_code_chars: int = 2000  # characters of each memory example's code shown to the designer
+    reuse_valid_envs: bool = True  # a slot whose designs all fail plays an earlier valid environment of its skill
+
+
+class PlayConfig(_Section):
+    plays_per_env: int = 2  # G: plays without the hint per environment per step
+    hint_plays_per_env: int = 2  # plays with the hint per environment per step
+    max_turns: int = 3  # cap on an episode's turns (the environment's own max_turns is capped to this)
+    agent_max_tokens: int = 48  # new tokens per agent turn
+    agent_temperature: float = 0.6
+    designer_max_tokens: int = 384
+    designer_temperature: float = 0.6
+    hint_max_tokens: int = 64
+    hint_temperature: float = 0.3
+    top_p: float = 0.95
+    top_k: int = 20
+    max_context_tokens: int = 4096  # an episode stops (truncated) when its context would exceed this
+
+
+class RewardConfig(_Section):
+    designer_reward: Literal["blend", "regret"] = "blend"  # blend: the reference's paper runs; regret: the paper's pure
+    regret_floor: float = 0.15  # blend: regret is normalised as clip(regret / floor, 0, 1)
+    regret_weight: float = 0.4
+    plateau_weight: float = 0.6
+    plateau_low: float = 0.4
+    plateau_high: float = 0.6
+    plateau_ramp: float = 0.25
+    designer_scale: float = 0.0  # 0: min(#agent samples / #designer samples * k, 50), as the reference
+    train_designer: bool = True
+
+
+class LearnerConfig(_Section):
+    learning_rate: float = 1e-5
+    weight_decay: float = 0.1
+    betas: list[float] = msgspec.field(default_factory=lambda: [0.9, 0.98])
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    is_cap: float = 2.0  # truncated importance weight cap on pi_old / mu (the reference's TIS)
+    max_grad_norm: float = 1.0
+    micro_batch_tokens: int = 2048  # samples are packed into micro-batches of at most this many tokens
+    designer_weight: float = 1.0  # role weights on the token-mean losses
+    agent_weight: float = 1.0
+    threads: int = 0  # torch threads; 0: all cores
+    keep_policies: int = 3  # published policy folders kept on disk
+
+
+class SandboxConfig(_Section):
+    workers: int = 2
+    step_timeout_s: float = 10.0
+    episode_timeout_s: float = 120.0
+    memory_mb: int = 1024
+    cpu_seconds: int = 60
+    max_output_bytes: int = 65536
+    episodes_per_worker: int = 200
+    isolation: Literal["auto", "bubblewrap", "unshare", "rlimits"] = "auto"
+
+
+class InferenceConfig(_Section):
+    backend: Literal["transformers", "scripted", "vllm"] = "transformers"
+    max_batch: int = 16  # requests batched into one generate call
+    batch_wait_s: float = 0.05  # how long the batcher waits for more requests before generating
+    script: str = ""  # scripted backend: a JSON file {"designer": [...], "hint": [...], "agent": [...]}
+    threads: int = 0  # torch threads in the worker; 0: all cores
+    concurrency: int = 32  # episodes a worker runs at once
+
+
+class WorkerConfig(_Section):
+    count: int = 1  # rollout workers started by `up`
+    heartbeat_s: float = 2.0
+    dead_after_s: float = 60.0  # a worker silent this long is dropped and its tasks requeued
+
+
+class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    run: RunConfig = msgspec.field(default_factory=RunConfig)
+    model: ModelConfig = msgspec.field(default_factory=ModelConfig)
+    curriculum: CurriculumConfig = msgspec.field(default_factory=CurriculumConfig)
+    play: PlayConfig = msgspec.field(default_factory=PlayConfig)
+    reward: RewardConfig = msgspec.field(default_factory=RewardConfig)
+    learner: LearnerConfig = msgspec.field(default_factory=LearnerConfig)
+    sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
+    inference: InferenceConfig = msgspec.field(default_factory=InferenceConfig)
+    worker: WorkerConfig = msgspec.field(default_factory=WorkerConfig)
+
+
+# The paper's schedule (spade-reference.md §9): 24 environments a step, 8 plays and 16 hinted plays, k = 4, 25 turns.
+PRESETS: dict[str, dict] = {
+    "default": {},
+    "paper": {
+        "run": {"steps": 400, "max_staleness": 4},
+        "curriculum": {"envs_per_step": 24, "refresh_interval": 4, "design_attempts": 5, "max_passage_words": 6000},
+        "play": {
+            "plays_per_env": 8,
+            "hint_plays_per_env": 16,
+            "max_turns": 25,
+            "agent_max_tokens": 8192,
+            "designer_max_tokens": 16384,
+            "hint_max_tokens": 4096,
+            "max_context_tokens": 32768,
+        },
+        "learner": {"learning_rate": 1e-6},
+        "inference": {"max_batch": 256},
+    },
+}
+
+
+def _deep_merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _parse_override(text: str) -> dict:
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected section.key=value, for example --set run.steps=3")
+    dotted, raw = text.split("=", 1)
+    keys = dotted.strip().split(".")
+    if len(keys) != 2 or not all(keys):
+        raise ConfigError(f"--set {text!r}: the key must be section.key, for example run.steps")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare word is taken as a string: --set model.path=/models/x
+    return {keys[0]: {keys[1]: value}}
+
+
+def _unknown_key(data: dict) -> str | None:
+    sections = {f.name: f.type for f in msgspec.structs.fields(Config)}
+    for section, body in data.items():
+        if section not in sections:
+            return f"unknown config section {section!r} (known: {', '.join(sections)})"
+        if not isinstance(body, dict):
+            return f"config section {section!r} must be a table of keys"
+        known = [f.name for f in msgspec.structs.fields(sections[section])]
+        for key in body:
+            if key not in known:
+                return f"unknown config key {section}.{key} (known in [{section}]: {', '.join(known)})"
+    return None
+
+
+def config_from_dict(data: dict) -> Config:
+    problem = _unknown_key(data)
+    if problem:
+        raise ConfigError(problem)
+    try:
+        config = msgspec.convert(data, Config)
+    except msgspec.ValidationError as exc:
+        # msgspec names the path as `$.section.key`; say it the way a user writes it.
+        raise ConfigError(f"bad config value: {str(exc).replace('$.', '')}") from None
+    check_config(config)
+    return config
+
+
+def load_config(preset: str = "default", toml_path: str | None = None, overrides: list[str] = ()) -> Config:
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})")
+    data = _deep_merge({}, PRESETS[preset])
+    if toml_path:
+        path = Path(toml_path)
+        if not path.is_file():
+            raise ConfigError(f"config file {toml_path} does not exist")
+        try:
+            data = _deep_merge(data, tomllib.loads(path.read_text()))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {toml_path} is not valid TOML: {exc}") from None
+    for text in overrides:
+        data = _deep_merge(data, _parse_override(text))
+    return config_from_dict(data)
+
+
+def check_config(config: Config) -> None:
+    """Range checks msgspec's types cannot express."""
+    c = config
+    positive = {
+        "run.steps": c.run.steps,
+        "curriculum.envs_per_step": c.curriculum.envs_per_step,
+        "curriculum.refresh_interval": c.curriculum.refresh_interval,
+        "curriculum.design_attempts": c.curriculum.design_attempts,
+        "curriculum.skills_per_refresh": c.curriculum.skills_per_refresh,
+        "play.max_turns": c.play.max_turns,
+        "play.agent_max_tokens": c.play.agent_max_tokens,
+        "play.designer_max_tokens": c.play.designer_max_tokens,
+        "inference.max_batch": c.inference.max_batch,
+        "sandbox.workers": c.sandbox.workers,
+        "worker.count": c.worker.count,
+    }
+    for name, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{name} must be at least 1 (got {value})")
+    if c.play.plays_per_env < 0 or c.play.hint_plays_per_env < 0:
+        raise ConfigError("play.plays_per_env and play.hint_plays_per_env must be >= 0")
+    if c.play.plays_per_env + c.play.hint_plays_per_env < 1:
+        raise ConfigError("play.plays_per_env + play.hint_plays_per_env must be at least 1")
+    if c.run.max_staleness < 0:
+        raise ConfigError(f"run.max_staleness must be >= 0 (got {c.run.max_staleness})")
+    if not c.curriculum.skills:
+        raise ConfigError("curriculum.skills must name at least one skill")
+    if c.curriculum.skills_per_refresh > len(c.curriculum.skills):
+        raise ConfigError(
+            f"curriculum.skills_per_refresh ({c.curriculum.skills_per_refresh}) exceeds the "
+            f"{len(c.curriculum.skills)} skills in curriculum.skills"
+        )
+    if len(c.learner.betas) != 2:
+        raise ConfigError("learner.betas must be two numbers, for example [0.9, 0.98]")
+    if c.inference.backend == "scripted" and not c.inference.script:
+        raise ConfigError("inference.backend = 'scripted' needs inference.script = a JSON file of completions")
+
+
+def dump_config(config: Config) -> str:
+    return msgspec.toml.encode(config).decode()
+
+
+def read_config_file(path: str | Path) -> Config:
+    """Read a resolved config written by `dump_config` (used by the worker and learner processes)."""
+    return config_from_dict(tomllib.loads(Path(path).read_text()))

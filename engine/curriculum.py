@@ -1,0 +1,115 @@
+"""What the designer is asked for: skills, their rotation, the corpus, and the seed environments.
+
+- `active_skills(skills, per_refresh, refresh_index)`: deterministic round-robin, as the reference
+  (epoch e uses skills[(e * n) mod len ...]).
+- `load_corpus(path)`: JSONL with a `text` or `orig_doc` field, or a folder of `.txt` files; the shipped
+  default is `engine/data/corpus.jsonl`.
+- `load_seeds()`: the hand-written environments in `actors/seeds/` with their hints.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import msgspec
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CORPUS = REPO / "engine" / "data" / "corpus.jsonl"
+SEEDS_DIR = REPO / "actors" / "seeds"
+
+SKILL_DESCRIPTIONS = {
+    "Mathematical Reasoning": "solving mathematical problems and equations",
+    "Logical Deduction": "drawing conclusions from premises and rules",
+    "Spatial Reasoning": "reasoning about spatial relationships, positions and movement",
+    "Pattern Recognition": "finding patterns in sequences, numbers or text",
+    "Optimization": "finding optimal solutions under constraints",
+    "Causal Inference": "discovering cause-effect relationships by intervention",
+}
+
+
+class CorpusError(ValueError):
+    """The corpus file or folder cannot be used; the message says why."""
+
+
+class Passage(msgspec.Struct, frozen=True):
+    passage_id: str
+    text: str
+
+
+class SeedEnvironment(msgspec.Struct, frozen=True):
+    name: str
+    skill: str
+    code: str
+    hint: str
+
+
+def skill_description(skill: str) -> str:
+    return SKILL_DESCRIPTIONS.get(skill, skill.lower())
+
+
+def active_skills(skills: list[str], per_refresh: int, refresh_index: int) -> list[str]:
+    start = (refresh_index * per_refresh) % len(skills)
+    return [skills[(start + i) % len(skills)] for i in range(per_refresh)]
+
+
+def slot_skills(active: list[str], slots: int) -> list[str]:
+    return [active[i % len(active)] for i in range(slots)]
+
+
+def load_corpus(path: str | Path | None = None) -> list[Passage]:
+    path = Path(path) if path else DEFAULT_CORPUS
+    if not path.exists():
+        raise CorpusError(f"corpus {path} does not exist (give a JSONL file or a folder of .txt files)")
+    passages: list[Passage] = []
+    if path.is_dir():
+        for file in sorted(path.glob("*.txt")):
+            text = file.read_text(errors="replace").strip()
+            if text:
+                passages.append(Passage(file.stem, text))
+    else:
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CorpusError(f"corpus {path} line {number} is not JSON: {exc.msg}") from None
+            text = row.get("orig_doc") or row.get("text") if isinstance(row, dict) else None
+            if not isinstance(text, str) or not text.strip():
+                raise CorpusError(f"corpus {path} line {number} has no `text` or `orig_doc` string field")
+            passages.append(Passage(str(row.get("id", f"line{number}")), text.strip()))
+    if not passages:
+        raise CorpusError(f"corpus {path} holds no passages")
+    return passages
+
+
+def truncate_words(text: str, max_words: int) -> str:
+    words = text.split()
+    if len(words) <= max_words:
+        return text
+    return " ".join(words[:max_words]) + f"\n[Document truncated at ~{max_words} words]"
+
+
+class PassageSampler:
+    """Uniform sampling without replacement until the corpus is used up, then a new shuffled pass."""
+
+    def __init__(self, passages: list[Passage], seed: int):
+        self._passages = passages
+        self._rng = random.Random(seed)
+        self._order: list[int] = []
+
+    def sample(self) -> Passage:
+        if not self._order:
+            self._order = list(range(len(self._passages)))
+            self._rng.shuffle(self._order)
+        return self._passages[self._order.pop()]
+
+
+def load_seeds(folder: Path = SEEDS_DIR) -> list[SeedEnvironment]:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    return [
+        SeedEnvironment(name=Path(item["file"]).stem, skill=item["skill"], code=(folder / item["file"]).read_text(), hint=item["hint"])
+        for item in manifest
+    ]

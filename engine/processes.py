@@ -1,0 +1,85 @@
+"""Starting and supervising the learner and rollout-worker processes of a run.
+
+Children run in their own sessions (so a terminal's Ctrl-C reaches the engine alone, which then stops them in
+order), log to `run_dir/logs/NAME.log`, and are stopped with SIGTERM, then SIGKILL after a grace period.
+A worker that dies is restarted (up to `max_restarts`); a learner that dies ends the run with its log's tail.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from engine.paths import RunPaths
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class ChildFailed(RuntimeError):
+    """A child process the run cannot do without exited."""
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class Child:
+    def __init__(self, name: str, argv: list[str], paths: RunPaths):
+        self.name = name
+        self.argv = argv
+        self.log = paths.logs / f"{name}.log"
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env, start_new_session=True
+            )
+
+    def stop(self, grace_s: float = 20.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait()
+
+
+def learner_child(paths: RunPaths) -> Child:
+    return Child("learner", [sys.executable, "-m", "learner.train", "--run-dir", str(paths.root)], paths)
+
+
+def worker_child(paths: RunPaths, worker_id: str) -> Child:
+    argv = [sys.executable, "-m", "actors.worker", "--run-dir", str(paths.root), "--worker-id", worker_id]
+    return Child(f"worker-{worker_id}", argv, paths)
+
+
+async def supervise(child: Child, *, restartable: bool, max_restarts: int, on_exit: Callable[[Child, int], None], stopping: Callable[[], bool]) -> None:
+    """Poll the child; restart a dead worker, raise ChildFailed for anything else the run needs."""
+    child.start()
+    while True:
+        await trio.sleep(0.5)
+        code = child.proc.poll()
+        if code is None or stopping():
+            continue
+        on_exit(child, code)
+        if restartable and child.restarts < max_restarts:
+            child.restarts += 1
+            child.start()
+            continue
+        raise ChildFailed(f"{child.name} exited with code {code}; the end of {child.log}:\n{log_tail(child.log)}")

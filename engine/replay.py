@@ -1,0 +1,47 @@
+"""`bin/spade-engine replay RUN_DIR`: print stored trajectories (and environments) of a run, read from LMDB.
+
+Works while the run is going (LMDB readers never block the writer) and after it has ended.
+"""
+
+from __future__ import annotations
+
+from engine.paths import RunPaths
+
+
+def replay_main(args) -> int:
+    from storage.store import Store
+
+    paths = RunPaths(args.run_dir)
+    try:
+        store = Store.open(paths.store, readonly=True)
+    except FileNotFoundError as exc:
+        from engine.cli import UsageError
+
+        raise UsageError(str(exc)) from None
+    tokenizer = None
+    if args.tokens:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(paths.read_model_path())
+    shown = 0
+    try:
+        for t in store.trajectories(args.step):
+            if (args.role and t.role != args.role) or (args.env and t.env_id != args.env):
+                continue
+            print(f"step {t.step} {t.role:8s} {t.arm:7s} env {t.env_id} status {t.status} return {t.episode_return:+.2f} tokens {len(t.sample.tokens) // 4}")
+            for i, turn in enumerate(t.turns):
+                print(f"    turn {i + 1}: action {turn.action[:80]!r} ({turn.parse_rule}) reward {turn.reward:+.2f} v{turn.policy_version}")
+            if t.failure:
+                print(f"    failure: {t.failure[:200]}")
+            if tokenizer is not None:
+                from storage.records import unpack_ints
+
+                print("    text: " + tokenizer.decode(unpack_ints(t.sample.tokens).tolist())[-2000:].replace("\n", "\n          "))
+            shown += 1
+            if shown >= args.limit:
+                break
+    finally:
+        store.close()
+    if shown == 0:
+        print("no trajectories match")
+    return 0

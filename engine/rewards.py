@@ -1,0 +1,87 @@
+"""Returns, advantages and the delayed designer reward (spade-reference.md §5-§6).
+
+- Episode return: the terminal reward clamped to [-1, 1] if the episode terminated, else 0.
+- Agent advantage: z-score within each (environment, arm) group, (r - mean) / (std + 1e-8); equal groups get 0.
+- Designer reward, computed k steps after the environment was made, from the plays of its window:
+  `blend` (the reference's paper runs): 0.4 * clip(regret / 0.15, 0, 1) + 0.6 * plateau(win rate), with
+  regret = mean hinted return at the refresh step - mean unhinted return at the refresh step ("matched timing")
+  and win rate = share of unhinted plays in the window with return > 0;
+  `regret` (the paper): mean hinted return - mean unhinted return over the whole window.
+  Designer advantage: the reward minus the mean of same-skill designer rewards in the batch, times a scale.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+from engine.config import RewardConfig
+
+
+def episode_return(last_reward: float, terminated: bool) -> float:
+    if not terminated or not math.isfinite(last_reward):
+        return 0.0
+    return max(-1.0, min(1.0, float(last_reward)))
+
+
+def group_advantages(rewards: Sequence[float]) -> list[float]:
+    n = len(rewards)
+    if n == 0:
+        return []
+    mean = sum(rewards) / n
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
+    if std < 1e-8:
+        return [0.0] * n
+    return [(r - mean) / (std + 1e-8) for r in rewards]
+
+
+def plateau(win_rate: float, low: float, high: float, ramp: float) -> float:
+    if low <= win_rate <= high:
+        return 1.0
+    distance = low - win_rate if win_rate < low else win_rate - high
+    return max(0.0, 1.0 - distance / ramp)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def designer_reward(
+    config: RewardConfig,
+    *,
+    hint_returns_first: Sequence[float],
+    no_hint_returns_first: Sequence[float],
+    hint_returns_all: Sequence[float],
+    no_hint_returns_all: Sequence[float],
+) -> tuple[float, float, float]:
+    """(raw reward, regret, win rate) of one environment over its window."""
+    win_rate = _mean([1.0 if r > 0 else 0.0 for r in no_hint_returns_all])
+    if config.designer_reward == "blend":
+        regret = _mean(hint_returns_first) - _mean(no_hint_returns_first)
+        normalised = min(1.0, max(0.0, regret / config.regret_floor))
+        shaped = plateau(win_rate, config.plateau_low, config.plateau_high, config.plateau_ramp)
+        return config.regret_weight * normalised + config.plateau_weight * shaped, regret, win_rate
+    regret = _mean(hint_returns_all) - _mean(no_hint_returns_all)
+    return regret, regret, win_rate
+
+
+def designer_advantages(skills: Sequence[str], rewards: Sequence[float], scale: float) -> list[float]:
+    """Mean-centre within each skill (no std, as the reference) and scale."""
+    by_skill: dict[str, list[float]] = defaultdict(list)
+    for skill, reward in zip(skills, rewards):
+        by_skill[skill].append(reward)
+    means = {skill: _mean(values) for skill, values in by_skill.items()}
+    return [(reward - means[skill]) * scale for skill, reward in zip(skills, rewards)]
+
+
+def designer_scale(config: RewardConfig, agent_samples: int, designer_samples: int, k: int) -> float:
+    if config.designer_scale > 0:
+        return config.designer_scale
+    if designer_samples == 0:
+        return 0.0
+    return min(agent_samples / designer_samples * k, 50.0)
+
+
+def learnable(win_rate: float) -> bool:
+    return 0.2 <= win_rate <= 0.8

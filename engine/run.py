@@ -1,0 +1,572 @@
+"""The engine process: the curriculum loop, the only LMDB writer, and the hub every message passes through.
+
+Each step s (0-based):
+1. if s % k == 0: refresh. Pick the active skills (round-robin), and for every slot ask a worker for a design
+   grounded on a fresh passage and memory examples; retry failed slots with new passages; store every attempt
+   (valid or rejected, with its verdict); a slot left empty plays an earlier valid environment of its skill.
+2. wait until the learner is at most `run.max_staleness` versions behind step s (admission control).
+3. play every active environment G times without and H times with its hint; store the trajectories.
+4. agent advantages (z-score per environment and arm); designer samples whose reward fell due at s join them;
+   send the batch to the learner, which publishes version s + 1.
+5. if the window of the environments made at s + 1 - k closes, compute their designer rewards (due at s + 1);
+   after a refresh step, update the environment memory from the step's plays.
+A last batch of designer samples whose reward falls due after the final step is flushed at the end, as the
+reference does. Metrics go to `metrics.jsonl` as each update lands.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import zlib
+from collections import defaultdict
+
+import msgspec
+import trio
+import zmq
+
+from engine.config import Config
+from engine.curriculum import PassageSampler, SeedEnvironment, active_skills, load_corpus, skill_description, slot_skills, truncate_words
+from engine.dispatch import Dispatcher, WorkerState
+from engine.live import LiveView
+from engine.messages import (
+    DesignResult,
+    DesignTask,
+    EngineToLearner,
+    Heartbeat,
+    LearnerFailed,
+    LearnerHello,
+    LearnerToEngine,
+    PlayResult,
+    PlayTask,
+    PolicyPublished,
+    PolicyUpdate,
+    Sample,
+    Shutdown,
+    TaskFailed,
+    TrainBatch,
+    WorkerBye,
+    WorkerHello,
+    WorkerToEngine,
+)
+from engine.paths import RunPaths
+from engine.processes import Child, ChildFailed, learner_child, supervise, worker_child
+from engine.rewards import designer_advantages, designer_reward, designer_scale, group_advantages, learnable
+from engine.transport import MessageSocket, ProtocolError, open_socket
+from storage.memory import evicted, negative_lines, positive_examples
+from storage.records import DesignerRewardRecord, EnvironmentRecord, MemoryRecord, RunState, TrajectoryRecord
+from storage.store import Store
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+class ActiveEnv(msgspec.Struct, kw_only=True):
+    env_id: str
+    skill: str
+    code: str
+    hint: str
+    designed_now: bool  # made at this refresh (so it earns a designer reward)
+    class_name: str
+
+
+def play_seed(run_seed: int, env_id: str, step: int, arm: str, index: int) -> int:
+    return zlib.crc32(f"{run_seed}:{env_id}:{step}:{arm}:{index}".encode()) & 0x7FFFFFFF
+
+
+def _class_name(code: str) -> str:
+    for line in code.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("class ") and "Env" in stripped:
+            return stripped[len("class ") :].split("(")[0].split(":")[0].strip()
+    return "Env"
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
+
+
+class Engine:
+    def __init__(self, config: Config, paths: RunPaths, seeds: list[SeedEnvironment], *, view: LiveView, spawn: bool = True):
+        self.config = config
+        self.paths = paths
+        self.seeds = seeds
+        self.view = view
+        self.spawn = spawn
+        self.store = Store.open(paths.store)
+        corpus = load_corpus(config.curriculum.corpus or None)
+        self.sampler = PassageSampler(corpus, seed=config.run.seed)
+        self.rng = random.Random(config.run.seed)
+        self.k = config.curriculum.refresh_interval
+        self.policy_version = 0
+        self.policy_path = ""
+        self._policy_changed = trio.Event()
+        self._learner_ident: bytes | None = None
+        self._learner_ready = trio.Event()
+        self._worker_ready = trio.Event()
+        self.stopping = False
+        self.children: list[Child] = []
+        self.step_stats: dict[int, dict] = {}
+        self.batches_sent = 0
+        self.learner_metrics: dict[int, dict] = {}
+        self.designer_due: dict[int, list[Sample]] = defaultdict(list)
+        self.isolation = ""
+        self.worker_sock: MessageSocket | None = None
+        self.learner_sock: MessageSocket | None = None
+        self.dispatcher: Dispatcher | None = None
+        self._progress = {"label": "", "done": 0, "total": 0}
+        self._tokens_total = 0
+
+    # ------------------------------------------------------------------ sockets
+    async def _receive_workers(self) -> None:
+        assert self.worker_sock and self.dispatcher
+        while True:
+            try:
+                ident, message = await self.worker_sock.receive_from()
+            except ProtocolError as exc:
+                self.view.line(f"warning: ignored a malformed worker message: {exc}")
+                continue
+            match message:
+                case WorkerHello():
+                    self.dispatcher.add_worker(
+                        WorkerState(
+                            ident=ident,
+                            worker_id=message.worker_id,
+                            slots=message.slots,
+                            isolation=message.isolation,
+                            backend=message.backend,
+                            policy_version=message.policy_version,
+                            last_seen=time.monotonic(),
+                        )
+                    )
+                    self._note_isolation(message.isolation)
+                    self.view.line(f"worker {message.worker_id} joined (backend {message.backend}, sandbox {message.isolation}, {message.slots} slots)")
+                    if self.policy_version > message.policy_version and self.policy_path:
+                        await self.worker_sock.send_to(ident, PolicyUpdate(version=self.policy_version, path=self.policy_path))
+                    self._worker_ready.set()
+                case Heartbeat():
+                    if self.dispatcher.seen(ident, message.policy_version) is None:
+                        self.view.line(f"warning: heartbeat from unknown worker {message.worker_id}")
+                case DesignResult() | PlayResult() | TaskFailed():
+                    self.dispatcher.complete(ident, message)
+                case WorkerBye():
+                    self.dispatcher.drop_worker(ident)
+
+    async def _receive_learner(self) -> None:
+        assert self.learner_sock
+        while True:
+            try:
+                ident, message = await self.learner_sock.receive_from()
+            except ProtocolError as exc:
+                self.view.line(f"warning: ignored a malformed learner message: {exc}")
+                continue
+            match message:
+                case LearnerHello():
+                    self._learner_ident = ident
+                    self.policy_path = message.policy_path
+                    self._learner_ready.set()
+                case PolicyPublished():
+                    self.policy_version = message.version
+                    self.policy_path = message.path
+                    self.learner_metrics[message.step] = message.metrics
+                    await self.dispatcher.broadcast(PolicyUpdate(version=message.version, path=message.path))
+                    with self.store.batch() as batch:
+                        state = self.store.state()
+                        state.policy_version = message.version
+                        batch.put_state(state)
+                    self._write_metrics(message.step)
+                    self._policy_changed.set()
+                    self._policy_changed = trio.Event()
+                case LearnerFailed():
+                    raise EngineError(f"the learner failed: {message.reason} (see {self.paths.logs / 'learner.log'})")
+
+    def _note_isolation(self, level: str) -> None:
+        if level != self.isolation:
+            self.isolation = level
+            self.paths.update_meta(sandbox_isolation=level)
+            if level in ("rlimits", "unshare"):
+                self.view.line(f"WARNING: the sandbox runs with weak isolation ({level}); install bubblewrap for full isolation")
+
+    async def wait_for_version(self, version: int, label: str) -> None:
+        while self.policy_version < version:
+            self.view.status(f"{label}: waiting for policy v{version} (learner at v{self.policy_version})")
+            await self._policy_changed.wait()
+
+    # ------------------------------------------------------------------ tasks
+    def _on_result(self, result) -> None:
+        self._progress["done"] += 1
+        p = self._progress
+        self.view.status(f"{p['label']} {p['done']}/{p['total']}")
+
+    async def _run_tasks(self, label: str, tasks: list) -> list:
+        self._progress = {"label": label, "done": 0, "total": len(tasks)}
+        self.view.status(f"{label} 0/{len(tasks)}")
+        return await self.dispatcher.run_tasks(tasks)
+
+    # ------------------------------------------------------------------ refresh
+    def _seed_memory(self) -> None:
+        existing = {r.env_id for r in self.store.memory()}
+        with self.store.batch() as batch:
+            for seed in self.seeds:
+                env_id = f"seed-{seed.name}"
+                if self.store.environment(env_id) is None:
+                    batch.put_environment(
+                        EnvironmentRecord(
+                            env_id=env_id, skill=seed.skill, step_created=-1, source="seed", passage_id="", attempt=0,
+                            code=seed.code, reply="", hint=seed.hint, valid=True, reason="", checks=[],
+                            designer_sample_id="", worker_id="", created_at=time.time(),
+                        )
+                    )
+                if env_id not in existing:
+                    batch.put_memory(
+                        MemoryRecord(env_id=env_id, skill=seed.skill, name=_class_name(seed.code), code=seed.code, win_rate=0.5, regret=0.0, step=-1, source="seed")
+                    )
+
+    def _design_task(self, step: int, slot: int, skill: str, attempt: int, memory: list[MemoryRecord]) -> DesignTask:
+        c = self.config.curriculum
+        passage = self.sampler.sample()
+        return DesignTask(
+            task_id=f"s{step:04d}-e{slot:02d}-a{attempt}",
+            skill=skill,
+            skill_description=skill_description(skill),
+            passage_id=passage.passage_id,
+            passage=truncate_words(passage.text, c.max_passage_words),
+            examples=positive_examples(memory, skill, c.memory_positives, self.rng, c.example_code_chars),
+            negatives=negative_lines(memory, skill, c.memory_negatives, self.rng),
+            attempt=attempt,
+            step=step,
+        )
+
+    def _reuse(self, skill: str) -> ActiveEnv | None:
+        designed = [e for e in self.store.environments() if e.valid and e.skill == skill]
+        designed.sort(key=lambda e: (e.source == "designed", e.step_created), reverse=True)
+        if not designed and self.seeds:
+            designed = [e for e in self.store.environments() if e.valid and e.source == "seed"]
+        if not designed:
+            return None
+        e = designed[0]
+        return ActiveEnv(env_id=e.env_id, skill=e.skill, code=e.code, hint=e.hint, designed_now=False, class_name=_class_name(e.code))
+
+    async def refresh(self, step: int) -> tuple[list[ActiveEnv], int, int]:
+        c = self.config.curriculum
+        skills = slot_skills(active_skills(c.skills, c.skills_per_refresh, step // self.k), c.envs_per_step)
+        memory = list(self.store.memory())
+        chosen: list[ActiveEnv | None] = [None] * len(skills)
+        requested = 0
+        for attempt in range(1, c.design_attempts + 1):
+            open_slots = [i for i, env in enumerate(chosen) if env is None]
+            if not open_slots:
+                break
+            tasks = [self._design_task(step, i, skills[i], attempt, memory) for i in open_slots]
+            requested += len(tasks)
+            results = await self._run_tasks(f"step {step + 1}: designs (attempt {attempt})", tasks)
+            with self.store.batch() as batch:
+                for slot, task, result in zip(open_slots, tasks, results):
+                    record = self._design_record(task, result)
+                    batch.put_environment(record)
+                    if isinstance(result, DesignResult):
+                        batch.put_trajectory(
+                            TrajectoryRecord(
+                                sample_id=result.designer.sample_id, role="designer", env_id=record.env_id, skill=task.skill,
+                                arm="design", step=step, seed=0, status="designed" if result.valid else "rejected",
+                                failure=result.reason, episode_return=0.0, turns=[], sample=result.designer, created_at=time.time(),
+                            )
+                        )
+                    if record.valid:
+                        chosen[slot] = ActiveEnv(env_id=record.env_id, skill=record.skill, code=record.code, hint=record.hint, designed_now=True, class_name=_class_name(record.code))
+        valid = sum(1 for env in chosen if env is not None)
+        for i, env in enumerate(chosen):
+            if env is None and c.reuse_valid_envs:
+                chosen[i] = self._reuse(skills[i])
+        active = [env for env in chosen if env is not None]
+        return active, requested, valid
+
+    def _design_record(self, task: DesignTask, result) -> EnvironmentRecord:
+        if isinstance(result, DesignResult):
+            return EnvironmentRecord(
+                env_id=task.task_id, skill=task.skill, step_created=task.step, source="designed", passage_id=task.passage_id,
+                attempt=task.attempt, code=result.code, reply=result.reply, hint=result.hint, valid=result.valid,
+                reason=result.reason, checks=result.checks, designer_sample_id=result.designer.sample_id,
+                worker_id=result.worker_id, created_at=time.time(),
+            )
+        return EnvironmentRecord(
+            env_id=task.task_id, skill=task.skill, step_created=task.step, source="designed", passage_id=task.passage_id,
+            attempt=task.attempt, code="", reply="", hint="", valid=False, reason=f"worker error: {result.reason}",
+            checks=[], designer_sample_id="", worker_id=result.worker_id, created_at=time.time(),
+        )
+
+    # ------------------------------------------------------------------ plays
+    def _play_tasks(self, step: int, active: list[ActiveEnv]) -> list[PlayTask]:
+        p = self.config.play
+        tasks = []
+        for env in active:
+            for arm, count in (("no_hint", p.plays_per_env), ("hint", p.hint_plays_per_env)):
+                for i in range(count):
+                    tasks.append(
+                        PlayTask(
+                            task_id=f"s{step:04d}-{env.env_id}-{arm}-{i:02d}",
+                            env_id=env.env_id, skill=env.skill, code=env.code, hint=env.hint if arm == "hint" else "",
+                            arm=arm, seed=play_seed(self.config.run.seed, env.env_id, step, arm, i), step=step,
+                        )
+                    )
+        return tasks
+
+    def _store_plays(self, step: int, results: list) -> list[PlayResult]:
+        plays = [r for r in results if isinstance(r, PlayResult)]
+        with self.store.batch() as batch:
+            for r in plays:
+                batch.put_trajectory(
+                    TrajectoryRecord(
+                        sample_id=r.agent.sample_id, role="agent", env_id=r.env_id, skill=r.agent.skill, arm=r.arm, step=step,
+                        seed=r.seed, status=r.status, failure=r.failure, episode_return=r.episode_return, turns=r.turns,
+                        sample=r.agent, created_at=time.time(),
+                    )
+                )
+        return plays
+
+    @staticmethod
+    def agent_samples(plays: list[PlayResult]) -> tuple[list[Sample], int]:
+        groups: dict[tuple[str, str], list[PlayResult]] = defaultdict(list)
+        for r in plays:
+            if r.status != "failed":
+                groups[(r.env_id, r.arm)].append(r)
+        samples, zero_groups = [], 0
+        for members in groups.values():
+            advantages = group_advantages([r.episode_return for r in members])
+            if all(a == 0.0 for a in advantages):
+                zero_groups += 1
+            samples += [msgspec.structs.replace(r.agent, advantage=a) for r, a in zip(members, advantages)]
+        return samples, zero_groups
+
+    # ------------------------------------------------------------------ designer rewards and memory
+    def _returns(self, env_id: str, steps: range) -> dict[tuple[int, str], list[float]]:
+        out: dict[tuple[int, str], list[float]] = defaultdict(list)
+        for step in steps:
+            for t in self.store.trajectories(step):
+                if t.role == "agent" and t.env_id == env_id and t.status != "failed":
+                    out[(step, t.arm)].append(t.episode_return)
+        return out
+
+    def close_window(self, end_step: int, agent_samples_per_step: int) -> list[DesignerRewardRecord]:
+        """Designer rewards for the environments made at end_step + 1 - k, due at end_step + 1."""
+        env_step = end_step + 1 - self.k
+        if env_step < 0 or env_step % self.k:
+            return []
+        envs = [e for e in self.store.environments() if e.source == "designed" and e.valid and e.step_created == env_step]
+        designer_samples = {t.sample_id: t.sample for t in self.store.trajectories(env_step) if t.role == "designer"}
+        window = range(env_step, end_step + 1)
+        rows = []
+        for env in envs:
+            returns = self._returns(env.env_id, window)
+            raw, regret, win = designer_reward(
+                self.config.reward,
+                hint_returns_first=returns[(env_step, "hint")],
+                no_hint_returns_first=returns[(env_step, "no_hint")],
+                hint_returns_all=[x for s in window for x in returns[(s, "hint")]],
+                no_hint_returns_all=[x for s in window for x in returns[(s, "no_hint")]],
+            )
+            rows.append((env, raw, regret, win, _mean(returns[(env_step, "hint")]), _mean(returns[(env_step, "no_hint")])))
+        if not rows:
+            return []
+        scale = designer_scale(self.config.reward, agent_samples_per_step, len(rows), self.k)
+        advantages = designer_advantages([r[0].skill for r in rows], [r[1] for r in rows], scale)
+        records = []
+        with self.store.batch() as batch:
+            for (env, raw, regret, win, hint_ret, no_hint_ret), advantage in zip(rows, advantages):
+                record = DesignerRewardRecord(
+                    env_id=env.env_id, skill=env.skill, designer_sample_id=env.designer_sample_id, env_step=env_step,
+                    reward_step=env_step + self.k, variant=self.config.reward.designer_reward, regret=regret, win_rate=win,
+                    raw_reward=raw, advantage=advantage, hint_return=hint_ret, no_hint_return=no_hint_ret,
+                )
+                batch.put_designer_reward(record)
+                records.append(record)
+                sample = designer_samples.get(env.designer_sample_id)
+                if sample is not None and self.config.reward.train_designer:
+                    self.designer_due[env_step + self.k].append(msgspec.structs.replace(sample, reward=raw, advantage=advantage))
+        return records
+
+    def update_memory(self, step: int, active: list[ActiveEnv], plays: list[PlayResult]) -> None:
+        by_env: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for r in plays:
+            if r.status != "failed":
+                by_env[(r.env_id, r.arm)].append(r.episode_return)
+        with self.store.batch() as batch:
+            for env in active:
+                if not env.designed_now:
+                    continue
+                no_hint = by_env[(env.env_id, "no_hint")]
+                win = _mean([1.0 if x > 0 else 0.0 for x in no_hint])
+                regret = _mean(by_env[(env.env_id, "hint")]) - _mean(no_hint)
+                batch.put_memory(
+                    MemoryRecord(env_id=env.env_id, skill=env.skill, name=env.class_name, code=env.code[: self.config.curriculum.example_code_chars], win_rate=win, regret=regret, step=step, source="designed")
+                )
+        memory = list(self.store.memory())
+        drop = evicted(memory, self.config.curriculum.memory_capacity)
+        if drop:
+            with self.store.batch() as batch:
+                for env_id in drop:
+                    batch.delete_memory(env_id)
+
+    # ------------------------------------------------------------------ learner
+    async def send_batch(self, step: int, samples: list[Sample], checkpoint: bool) -> None:
+        await self.learner_sock.send_to(self._learner_ident, TrainBatch(step=step, samples=samples, checkpoint=checkpoint))
+        self.batches_sent += 1
+
+    def _write_metrics(self, step: int) -> None:
+        stats = self.step_stats.get(step, {"step": step})
+        learner = self.learner_metrics.get(step, {})
+        row = {
+            **stats,
+            "policy_version": self.policy_version,
+            "learner_loss": learner.get("loss", 0.0),
+            "staleness": learner.get("staleness", 0.0),
+            "learner": learner,
+            "time": time.time(),
+        }
+        with open(self.paths.metrics, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if "envs_requested" in row:
+            self.view.step_line(row)
+        else:
+            self.view.line(f"flush update (designer samples of step {step}): v{self.policy_version} loss {row['learner_loss']:+.4f}")
+
+    # ------------------------------------------------------------------ the loop
+    async def curriculum(self) -> None:
+        cfg = self.config
+        steps = cfg.run.steps
+        self._seed_memory()
+        active: list[ActiveEnv] = []
+        envs_requested = envs_valid = 0
+        for step in range(steps):
+            started = time.monotonic()
+            tokens_before = self._tokens_total
+            await self.wait_for_version(step - cfg.run.max_staleness, f"step {step + 1}")
+            if step % self.k == 0:
+                active, envs_requested, envs_valid = await self.refresh(step)
+                with self.store.batch() as batch:
+                    batch.put_state(RunState(steps_done=step, policy_version=self.policy_version, active_env_ids=[e.env_id for e in active], refresh_step=step, isolation=self.isolation))
+            if not active:
+                raise EngineError("no valid environment to play: every design failed and there are no seed environments")
+            results = await self._run_tasks(f"step {step + 1}: plays", self._play_tasks(step, active))
+            plays = self._store_plays(step, results)
+            samples, zero_groups = self.agent_samples(plays)
+            self.close_window(step, len(samples))
+            if step % self.k == 0:
+                self.update_memory(step, active, plays)
+            due = self.designer_due.pop(step, [])
+            last = step == steps - 1
+            self.step_stats[step] = self._stats(step, plays, results, samples, due, zero_groups, envs_requested, envs_valid, time.monotonic() - started, self._tokens_total - tokens_before)
+            with self.store.batch() as batch:
+                batch.put_state(RunState(steps_done=step + 1, policy_version=self.policy_version, active_env_ids=[e.env_id for e in active], refresh_step=step - step % self.k, isolation=self.isolation))
+            await self.send_batch(step, samples + due, checkpoint=last and not self.designer_due.get(steps))
+        flush = self.designer_due.pop(steps, [])
+        if flush:
+            await self.send_batch(steps, flush, checkpoint=True)
+        await self.wait_for_version(self.batches_sent, "final update")
+        with self.store.batch() as batch:
+            state = self.store.state()
+            state.finished = True
+            batch.put_state(state)
+
+    def _count_tokens(self, result) -> None:
+        if isinstance(result, (DesignResult, PlayResult)):
+            self._tokens_total += result.tokens_generated
+        self._on_result(result)
+
+    def _stats(self, step, plays, results, samples, due, zero_groups, envs_requested, envs_valid, seconds, tokens) -> dict:
+        returns = defaultdict(list)
+        per_env = defaultdict(list)
+        for r in plays:
+            if r.status != "failed":
+                returns[r.arm].append(r.episode_return)
+                if r.arm == "no_hint":
+                    per_env[r.env_id].append(1.0 if r.episode_return > 0 else 0.0)
+        win = {arm: _mean([1.0 if x > 0 else 0.0 for x in values]) for arm, values in returns.items()}
+        env_win = [_mean(v) for v in per_env.values()]
+        parse_rules = defaultdict(int)
+        for r in plays:
+            for t in r.turns:
+                parse_rules[t.parse_rule] += 1
+        return {
+            "step": step,
+            "refresh": step % self.k == 0,
+            "envs_requested": envs_requested,
+            "envs_valid": envs_valid,
+            "active_envs": len(per_env),
+            "plays": len(plays),
+            "plays_failed": sum(1 for r in plays if r.status == "failed") + sum(1 for r in results if isinstance(r, TaskFailed)),
+            "win_rate_no_hint": win.get("no_hint", 0.0),
+            "win_rate_hint": win.get("hint", 0.0),
+            "mean_return_no_hint": _mean(returns["no_hint"]),
+            "mean_return_hint": _mean(returns["hint"]),
+            "mean_regret": _mean(returns["hint"]) - _mean(returns["no_hint"]),
+            "learnable_share": _mean([1.0 if learnable(w) else 0.0 for w in env_win]),
+            "agent_samples": len(samples),
+            "designer_samples": len(due),
+            "zero_variance_groups": zero_groups,
+            "tokens_generated": tokens,
+            "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+            "step_seconds": seconds,
+            "parse_rules": dict(parse_rules),
+            "sandbox": self.isolation,
+        }
+
+    async def run(self) -> None:
+        paths = self.paths
+        async with (
+            open_socket(zmq.ROUTER, paths.worker_address, bind=True, decode=WorkerToEngine) as worker_sock,
+            open_socket(zmq.ROUTER, paths.learner_address, bind=True, decode=LearnerToEngine) as learner_sock,
+            trio.open_nursery() as nursery,
+        ):
+            self.worker_sock, self.learner_sock = worker_sock, learner_sock
+            self.dispatcher = Dispatcher(worker_sock, on_result=self._count_tokens)
+            await nursery.start(self.dispatcher.run)
+            nursery.start_soon(self._receive_workers)
+            nursery.start_soon(self._receive_learner)
+            nursery.start_soon(self.dispatcher.watch_liveness, self.config.worker.dead_after_s, self._worker_dead)
+            if self.spawn:
+                self._start_children(nursery)
+            self.view.status("starting the learner and rollout workers (loading the model)")
+            await self._learner_ready.wait()
+            await self._worker_ready.wait()
+            try:
+                await self.curriculum()
+            finally:
+                self.stopping = True
+                with trio.move_on_after(5) as scope:
+                    scope.shield = True
+                    await self.dispatcher.broadcast(Shutdown(reason="run finished"))
+                    if self._learner_ident is not None:
+                        await self.learner_sock.send_to(self._learner_ident, Shutdown(reason="run finished"))
+                    await trio.sleep(0.2)
+            nursery.cancel_scope.cancel()
+
+    def _worker_dead(self, state: WorkerState) -> None:
+        self.view.line(f"warning: worker {state.worker_id} went silent; its tasks were requeued")
+
+    def _start_children(self, nursery) -> None:
+        learner = learner_child(self.paths)
+        self.children.append(learner)
+        nursery.start_soon(lambda: supervise(learner, restartable=False, max_restarts=0, on_exit=self._child_exit, stopping=lambda: self.stopping))
+        for i in range(self.config.worker.count):
+            worker = worker_child(self.paths, f"w{i}")
+            self.children.append(worker)
+            nursery.start_soon(lambda w=worker: supervise(w, restartable=True, max_restarts=3, on_exit=self._child_exit, stopping=lambda: self.stopping))
+
+    def _child_exit(self, child: Child, code: int) -> None:
+        self.view.line(f"warning: {child.name} exited with code {code} (log: {child.log})")
+        if child.name.startswith("worker-") and self.dispatcher is not None:
+            for ident, state in list(self.dispatcher.workers.items()):
+                if f"worker-{state.worker_id}" == child.name:
+                    self.dispatcher.drop_worker(ident)
+
+    def stop_children(self) -> None:
+        for child in self.children:
+            child.stop()
+        self.store.close()
+
+
+__all__ = ["Engine", "EngineError", "ChildFailed"]

@@ -1,0 +1,49 @@
+"""The end-of-run summary: what the run directory holds, read back from LMDB and metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from engine.paths import RunPaths
+
+
+def collect_summary(paths: RunPaths) -> dict:
+    from storage.store import Store
+
+    summary: dict = {"run_dir": str(paths.root)}
+    if not (paths.store / "data.mdb").exists():
+        return summary
+    store = Store.open(paths.store, readonly=True)
+    try:
+        envs = Counter()
+        for env in store.environments():
+            envs["seed" if env.source == "seed" else ("valid" if env.valid else "rejected")] += 1
+        trajectories = Counter((t.role, t.arm) for t in store.trajectories())
+        summary["environments"] = dict(envs)
+        summary["trajectories"] = {f"{role}/{arm}": n for (role, arm), n in sorted(trajectories.items())}
+        summary["designer_rewards"] = sum(1 for _ in store.designer_rewards())
+        summary["state"] = {"steps_done": store.state().steps_done, "policy_version": store.state().policy_version, "finished": store.state().finished}
+    finally:
+        store.close()
+    if paths.metrics.exists():
+        lines = [json.loads(x) for x in paths.metrics.read_text().splitlines() if x.strip()]
+        summary["updates"] = len(lines)
+    latest = paths.checkpoints / "latest"
+    if latest.exists():
+        summary["checkpoint"] = str(latest.resolve())
+    return summary
+
+
+def print_summary(paths: RunPaths) -> None:
+    s = collect_summary(paths)
+    print(f"\nrun directory: {s['run_dir']}")
+    if "environments" in s:
+        e = s["environments"]
+        print(f"  environments: {e.get('valid', 0)} valid, {e.get('rejected', 0)} rejected, {e.get('seed', 0)} seeds")
+        print("  trajectories: " + ", ".join(f"{k} {v}" for k, v in s["trajectories"].items()))
+        print(f"  designer rewards: {s['designer_rewards']}; steps done: {s['state']['steps_done']}; policy version: {s['state']['policy_version']}")
+    if "updates" in s:
+        print(f"  metrics: {s['updates']} updates in {paths.metrics}")
+    if "checkpoint" in s:
+        print(f"  checkpoint: {s['checkpoint']}")
