@@ -1,7 +1,7 @@
 """The Environment Designer and the hint writer: one design attempt from prompt to verdict.
 
 1. Prompt the policy (designer role) with the passage, the spec, memory examples and the skill; the reply is
-   prefilled with a ```python fence, which a small model needs.
+   prefilled with the start of a ```python block (`play.designer_prefill`), a scaffold small models need.
 2. Extract the code; the validator repairs f-string braces, then runs static and sandboxed dynamic checks.
 3. For a valid design, ask the same policy (hint role, low temperature, not trained) for a privileged hint from
    the code alone, then check in the sandbox that the hint never appears in an observation.
@@ -15,10 +15,13 @@ import time
 from actors.chat import ChatContext
 from actors.inference.base import GenerationRequest
 from actors.parsing import clean_hint, extract_code
-from actors.prompts import DESIGNER_PREFILL, DESIGNER_SYSTEM, HINT_SYSTEM, designer_user_message, hint_user_message
+from actors.prompts import DESIGNER_SYSTEM, HINT_SYSTEM, designer_user_message, hint_user_message
 from actors.sandbox import validate_environment
 from engine.messages import DesignResult, DesignTask, Sample
 from storage.records import pack_floats, pack_ints, pack_mask
+
+# Validation plays up to the reference's turn cap; during training the pool caps episodes at play.max_turns.
+VALIDATION_MAX_TURNS = 25
 
 
 async def write_hint(code: str, *, batcher, tokenizer, play_config) -> tuple[str, int]:
@@ -40,7 +43,7 @@ async def write_hint(code: str, *, batcher, tokenizer, play_config) -> tuple[str
 async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play_config, worker_id: str) -> DesignResult:
     started = time.perf_counter()
     chat = ChatContext(tokenizer, system=DESIGNER_SYSTEM)
-    chat.add_user(designer_user_message(task), prefill=DESIGNER_PREFILL)
+    chat.add_user(designer_user_message(task), prefill=play_config.designer_prefill)
     generation = await batcher.generate(
         GenerationRequest(
             prompt_ids=list(chat.ids),
@@ -53,16 +56,16 @@ async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play
     )
     tokens = len(generation.completion_ids)
     chat.add_assistant(generation)
-    reply = DESIGNER_PREFILL + generation.text
+    reply = play_config.designer_prefill + generation.text
     code = extract_code(reply)
     hint = ""
-    verdict = await validate_environment(pool, code, max_turns=play_config.max_turns)
+    verdict = await validate_environment(pool, code, max_turns=VALIDATION_MAX_TURNS)
     if verdict.valid:
         code = verdict.source
         hint, hint_tokens = await write_hint(code, batcher=batcher, tokenizer=tokenizer, play_config=play_config)
         tokens += hint_tokens
         if hint:
-            verdict = await validate_environment(pool, code, hint=hint, max_turns=play_config.max_turns)
+            verdict = await validate_environment(pool, code, hint=hint, max_turns=VALIDATION_MAX_TURNS)
     sample = Sample(
         sample_id=task.task_id,
         role="designer",

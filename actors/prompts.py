@@ -63,8 +63,6 @@ def designer_user_message(task: DesignTask) -> str:
     return "\n\n".join(parts)
 
 
-DESIGNER_PREFILL = "```python\n"
-
 
 def hint_user_message(code: str) -> str:
     return f"Environment code:\n```python\n{code}\n```"

@@ -69,6 +69,8 @@ class PlayConfig(_Section):
     agent_temperature: float = 0.6
     designer_max_tokens: int = 384
     designer_temperature: float = 0.6
+    # The start of the designer's reply, given as prompt (not trained): a scaffold small models need.
+    designer_prefill: str = "```python\nimport random\nimport re\n\n\nclass "
     hint_max_tokens: int = 64
     hint_temperature: float = 0.3
     top_p: float = 0.95

@@ -115,6 +115,7 @@ class Dispatcher:
     def _requeue(self, state: WorkerState) -> None:
         for task_id in state.in_flight:
             if task_id in self._waiting:
+                self._waiting[task_id].attempts -= 1  # not the task's fault: this send does not count
                 self._pending.appendleft(task_id)
                 self.requeued += 1
         state.in_flight.clear()

@@ -204,7 +204,12 @@ class Engine:
     async def _run_tasks(self, label: str, tasks: list) -> list:
         self._progress = {"label": label, "done": 0, "total": len(tasks)}
         self.view.status(f"{label} 0/{len(tasks)}")
-        return await self.dispatcher.run_tasks(tasks)
+        started = time.monotonic()
+        results = await self.dispatcher.run_tasks(tasks)
+        if not self.view.live:
+            failed = sum(1 for r in results if isinstance(r, TaskFailed))
+            self.view.line(f"{label}: {len(results)} done in {time.monotonic() - started:.0f} s" + (f" ({failed} failed)" if failed else ""))
+        return results
 
     # ------------------------------------------------------------------ refresh
     def _seed_memory(self) -> None:

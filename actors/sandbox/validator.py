@@ -29,7 +29,7 @@ FUZZ_WORDS = ("yes", "no", "up", "down", "left", "right", "A", "B", "C", "D", "r
               "1,2", "3 4", "a1", "pass", "help", "abc", "1/2", "0.5", "10", "100", "north", "done")
 SCRIPTED_ACTIONS = tuple(f"\\boxed{{{n}}}" for n in (1, 2, 3, 0, 4, 5, 6, 7, 8, 9))
 DYNAMIC_CHECKS = (
-    "loads", "return_types", "no_exceptions", "within_limits", "rewards_finite_in_range", "ends_within_max_turns",
+    "loads", "return_types", "no_exceptions", "within_limits", "clean_exit", "rewards_finite_in_range", "ends_within_max_turns",
     "deterministic", "seeds_differ", "observation_size", "malformed_action", "hint_not_leaked", "solution_wins",
 )
 STATIC_CHECKS = ("parses", "single_env_class", "init_signature", "reset_signature", "step_signature",
@@ -94,8 +94,8 @@ class _Play:
         if self.hint and self.hint in observation:
             raise _Stop("hint_not_leaked", f"{where}: the hint appears in the observation")
 
-    async def _reset(self, phase: str) -> str:
-        observation, _ = await _attributed(self.episode.reset(seed=self.seed), phase)
+    async def _reset(self) -> str:
+        observation, _ = await _attributed(self.episode.reset(seed=self.seed), "no_exceptions")
         self._observe(observation, f"reset(seed={self.seed})")
         return observation
 
@@ -110,9 +110,9 @@ class _Play:
 
     async def run(self) -> None:
         for action in MALFORMED_ACTIONS:
-            await self._reset("malformed_action")
+            await self._reset()
             self.trajectory.append(await self._step(action, "malformed_action"))
-        self.first_observation = await self._reset("no_exceptions")
+        self.first_observation = await self._reset()
         self.trajectory.append(self.first_observation)
         for turn, action in enumerate(fuzz_actions(self.seed, self.max_turns), start=1):
             step = await self._step(action, "no_exceptions")
@@ -122,7 +122,7 @@ class _Play:
         else:
             raise _Stop("ends_within_max_turns", f"seed {self.seed}: the fuzzed episode had not ended after "
                                                  f"{self.max_turns} turns")
-        await self._reset("no_exceptions")
+        await self._reset()
         self.solution = await _attributed(self.episode.solution(), "solution_wins")
         self.trajectory.append(self.solution)
         self.signature += [self.first_observation, self.solution]
@@ -184,8 +184,10 @@ async def _dynamic(pool: SandboxPool, source: str, hint: str | None, max_turns: 
                         play = _Play(episode, seed, max_turns, hint)
                         await play.run()
                         pair.append(play)
-                except EpisodeFailed as failure:  # raised while loading
-                    raise _Stop(_check_for(failure, "loads"), f"{failure.kind}: {failure.detail}") from None
+                except EpisodeFailed as failure:  # raised while loading: whatever the kind, it did not load
+                    raise _Stop("loads", f"{failure.kind}: {failure.detail}") from None
+                if episode.cleanup_problem:
+                    raise _Stop("clean_exit", f"seed {seed}: {episode.cleanup_problem}")
             plays.append((pair[0], pair[1]))
     except _Stop as stop:
         results[stop.check] = Check(stop.check, False, stop.detail)
@@ -201,6 +203,7 @@ def _conclude(results: dict[str, Check], plays: list[tuple["_Play", "_Play"]], h
                                                           "dict)")
     results["no_exceptions"] = Check("no_exceptions", True, f"{count} seeds x 2 plays without an exception")
     results["within_limits"] = Check("within_limits", True, "no timeout, crash or resource limit")
+    results["clean_exit"] = Check("clean_exit", True, "every episode left the interpreter as it found it")
     results["rewards_finite_in_range"] = Check("rewards_finite_in_range", True, "every reward finite, in [-1, 1]")
     results["ends_within_max_turns"] = Check("ends_within_max_turns", True,
                                              f"every fuzzed episode ended within {max_turns} turns")

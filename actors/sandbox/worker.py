@@ -10,6 +10,7 @@ the allow-list; after the episode the interpreter is compared with the snapshot 
 dicts, signal handlers, threads, open files) and the worker asks to be replaced if anything changed.
 """
 
+import _json
 import _thread
 import builtins
 import ctypes
@@ -24,10 +25,16 @@ import signal
 import sys
 import traceback
 import types
+from operator import is_
 
 DETAIL_CHARS = 2000
+WORKER_FILE = sys._getframe().f_code.co_filename  # "<string>" when started with -c
 MODULE_NAME = "spade_env"
 SOURCE_NAME = "<environment>"
+WATCHED_SIGNALS = tuple(getattr(signal, name) for name in (
+    "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGXCPU", "SIGXFSZ", "SIGTERM", "SIGINT", "SIGHUP", "SIGPIPE", "SIGUSR1",
+    "SIGUSR2", "SIGCHLD", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGABRT", "SIGTRAP", "SIGIO", "SIGWINCH"))
+TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
 HIDDEN_BUILTINS = ("open", "input", "breakpoint", "exit", "quit", "help", "copyright", "credits", "license")
 
 # ---------------------------------------------------------------------------------------------- seccomp
@@ -137,11 +144,14 @@ class Channel:
 
     def __init__(self, read_fd, write_fd, max_output_bytes):
         self.read_fd, self.write_fd, self.max_output_bytes = read_fd, write_fd, max_output_bytes
-        self.encode = json.JSONEncoder(ensure_ascii=False, check_circular=False, allow_nan=False,
-                                       separators=(",", ":")).encode
-        self.info_encode = json.JSONEncoder(ensure_ascii=False, skipkeys=True, allow_nan=False,
-                                            separators=(",", ":"), default=_jsonable).encode
-        self.decode = json.JSONDecoder().decode
+        # The C encoder and scanner, bound now: an environment may patch the json module's Python parts.
+        plain = _json.make_encoder(None, _refuse, _json.encode_basestring, None, ":", ",", False, False, False)
+        lenient = _json.make_encoder(None, _jsonable, _json.encode_basestring, None, ":", ",", False, True, False)
+        scan = _json.make_scanner(json.JSONDecoder())
+        join = "".join
+        self.encode = lambda value: join(plain(value, 0))
+        self.info_encode = lambda value: join(lenient(value, 0))
+        self.decode = lambda text: scan(text, 0)[0]
 
     def _read_exact(self, n):
         chunks, left = [], n
@@ -175,6 +185,10 @@ def _jsonable(value):
     return repr(value)[:200]
 
 
+def _refuse(value):
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def failure(kind, detail):
     return {"type": "failed", "kind": kind, "detail": detail[-DETAIL_CHARS:]}
 
@@ -194,6 +208,9 @@ class Sink:
     def flush(self):
         pass
 
+    def close(self):
+        pass
+
     def writable(self):
         return True
 
@@ -202,33 +219,35 @@ class Sink:
 
 
 # ---------------------------------------------------------------------------------------------- state
-def _fingerprint(mapping):
-    return tuple(map(id, mapping)), tuple(map(id, mapping.values()))
-
-
 class Snapshot:
-    """What an episode must leave as it found it, compared by identity (an object's __eq__ is never run)."""
+    """What an episode must leave as it found it, compared by identity (an object's __eq__ is never run).
 
-    def __init__(self):
-        self.refs = []  # keeps every fingerprinted object alive so that its id cannot be reused
-        self.dicts = []
+    After every episode: builtins, the allow-listed modules (and their submodules) and the classes defined in
+    them, which is all an environment reaches without an introspection escape. Every FULL_CHECK_EVERY
+    episodes: every module and class of the interpreter, for what escapes the static checks let through.
+    """
+
+    FULL_CHECK_EVERY = 25
+
+    def __init__(self, allowed):
+        self.allowed_dicts, self.all_dicts = [builtins.__dict__], [builtins.__dict__]
         for module in list(sys.modules.values()):
             if module is None or module.__name__ == "__main__":
                 continue
-            self._add(module.__dict__)
-            for value in list(module.__dict__.values()):
-                if isinstance(value, type) and not (value.__flags__ & (1 << 9)):  # not Py_TPFLAGS_IMMUTABLETYPE
-                    self._add(value.__dict__)
+            mine = module.__name__.partition(".")[0] in allowed
+            dicts = [module.__dict__] + [v.__dict__ for v in list(module.__dict__.values())
+                                         if isinstance(v, type) and not v.__flags__ & (1 << 9)]  # mutable class
+            self.all_dicts += dicts
+            if mine:
+                self.allowed_dicts += dicts
+        self.allowed_values = [list(d.values()) for d in self.allowed_dicts]  # also keeps them alive
+        self.all_values = [list(d.values()) for d in self.all_dicts]
+        self.episodes = 0
         self.module_names = set(sys.modules)
-        self.signals = {s: signal.getsignal(s) for s in signal.valid_signals()
-                        if s not in (signal.SIGKILL, signal.SIGSTOP)}
+        self.signals = {s: signal.getsignal(s) for s in WATCHED_SIGNALS}
         self.fds = self.open_fds()
         self.recursion_limit = sys.getrecursionlimit()
         self.cwd = os.getcwd()
-
-    def _add(self, mapping):
-        self.refs.append(dict(mapping))
-        self.dicts.append((mapping, _fingerprint(mapping)))
 
     @staticmethod
     def open_fds():
@@ -237,20 +256,23 @@ class Snapshot:
         except OSError:
             return -1
 
-    def changes(self, builtins_dict):
+    @staticmethod
+    def _unchanged(dicts, values):
+        return all(len(d) == len(v) and all(map(is_, d.values(), v)) for d, v in zip(dicts, values))
+
+    def changes(self):
         """Why this interpreter should not serve another episode ("" if it may)."""
+        self.episodes += 1
         if _thread._count() or len(sys._current_frames()) > 1:
             return "a thread is still running"
-        if _fingerprint(builtins_dict) != self.builtins_print:
-            return "builtins were modified"
-        for mapping, print_ in self.dicts:
-            if _fingerprint(mapping) != print_:
-                return "a module or class was modified"
-        for name in set(sys.modules) - self.module_names:
-            if not name.startswith(MODULE_NAME):
-                self.module_names.add(name)  # a lazily imported standard module: harmless
+        if not self._unchanged(self.allowed_dicts, self.allowed_values):
+            return "builtins or an allowed module were modified"
+        if self.episodes % self.FULL_CHECK_EVERY == 0 and not self._unchanged(self.all_dicts, self.all_values):
+            return "a module or class was modified"
         if any(signal.getsignal(s) is not handler for s, handler in self.signals.items()):
             return "a signal handler was changed"
+        if any(signal.getitimer(timer) != (0.0, 0.0) for timer in TIMERS):
+            return "an interval timer was left running"
         if self.open_fds() != self.fds:
             return "a file descriptor was left open"
         if sys.getrecursionlimit() != self.recursion_limit or os.getcwd() != self.cwd:
@@ -269,10 +291,11 @@ def guarded_import_factory(allowed, real_import):
     return guarded_import
 
 
-def describe(exc, skip_frames=1):
+def describe(exc):
+    """The traceback without the worker's own frames (the environment's code is all that matters)."""
     tb = exc.__traceback__
-    for _ in range(skip_frames):
-        tb = tb.tb_next if tb is not None and tb.tb_next is not None else tb
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename == WORKER_FILE:
+        tb = tb.tb_next
     try:
         lines = traceback.format_exception(type(exc), exc, tb)
     except BaseException:  # noqa: BLE001 - a hostile exception may break formatting itself
@@ -326,7 +349,7 @@ class Worker:
         try:
             code = compile(source, SOURCE_NAME, "exec", dont_inherit=True)
         except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
-            return failure("invalid", describe(exc, 0))
+            return failure("invalid", describe(exc))
         module = types.ModuleType(MODULE_NAME)
         self.episode_builtins = dict(self.pristine_builtins)
         module.__dict__["__builtins__"] = self.episode_builtins
@@ -416,6 +439,8 @@ class Worker:
 
     def plain(self, info):
         """The info dict as JSON-safe data (unencodable values become their repr)."""
+        if not info:
+            return {}
         return self.channel.decode(self.channel.info_encode(dict(info)))
 
     def forget(self):
@@ -431,7 +456,7 @@ class Worker:
     def end(self, request):
         try:
             self.forget()
-            why = self.snapshot.changes(builtins.__dict__)
+            why = self.snapshot.changes()
         except BaseException as exc:  # noqa: BLE001
             why = f"clean-up failed: {type(exc).__name__}"
         return {"type": "ended", "retire": bool(why), "reason": why}
@@ -468,11 +493,9 @@ def main():
         sys.stdout = sys.stderr = worker.sink
         gc.collect()
         gc.freeze()  # later collections only walk what the episodes allocated
-        worker.snapshot = Snapshot()
-        worker.snapshot.builtins_print = _fingerprint(builtins.__dict__)
-        worker.snapshot.refs.append(dict(builtins.__dict__))
+        worker.snapshot = Snapshot(worker.allowed)
     except BaseException as exc:  # noqa: BLE001 - tell the pool why start-up failed
-        channel.send(failure("crashed", describe(exc, 0)))
+        channel.send(failure("crashed", describe(exc)))
         return
     channel.send({"type": "ready", "pid": os.getpid(), "python": sys.version.split()[0],
                   "seccomp": seccomp == "", "seccomp_detail": seccomp})

@@ -1,0 +1,12 @@
+# hostile: an infinite reward
+# outcome: protocol
+# rejected-by: rewards_finite_in_range
+class InfiniteRewardEnv:
+    def __init__(self, max_turns=12, **kwargs):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return f"Say anything (seed {seed}).", {}
+
+    def step(self, action):
+        return "ok", float("inf"), True, False, {}

@@ -1,0 +1,26 @@
+# hostile: writes files outside the sandbox (a known host folder, the repository, /tmp)
+# needs: filesystem
+# outcome: any
+# rejected-by: no_dunder_tricks
+import random
+
+
+class WriteOutsideEnv:
+    def __init__(self, max_turns=12, **kwargs):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        os = random._os
+        done = []
+        for path in ("@@OUTSIDE_DIR@@/pwned.txt", "@@REPO_DIR@@/pwned-by-sandbox.txt", "/tmp/pwned-by-sandbox.txt"):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+                os.write(fd, b"pwned")
+                os.close(fd)
+                done.append(path)
+            except OSError as error:
+                done.append(str(error))
+        return "\n".join(done), {}
+
+    def step(self, action):
+        return "", 0.0, True, False, {}

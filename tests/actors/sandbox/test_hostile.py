@@ -1,0 +1,132 @@
+"""Hostile environments (tests/actors/sandbox/hostile/*.py): each is contained by the pool and rejected by the
+validator, and the same pool then still serves a clean episode.
+
+Every case file starts with `# key: value` lines: `hostile` (what it tries), `outcome` (how playing it
+directly in the pool must end: an EpisodeFailed kind, `completes` or `any`), `rejected-by` (the validator check
+that must fail first) and optionally `needs` (`seccomp`, `namespaces` or `filesystem`: the isolation the
+containment relies on; the direct play is skipped below that level, the validator still runs since those
+cases fail its static checks before anything executes). `@@NAME@@` placeholders give the attacker the real
+paths of a host folder it must not write to, a run directory and a home directory holding secrets.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from actors.sandbox import EpisodeFailed, IsolationLevel, SandboxPool, validate_environment
+from tests.actors.sandbox.sandbox_helpers import CANARY_OBSERVATION, canary_observation, play_guess
+
+HOSTILE_DIR = Path(__file__).with_name("hostile")
+CASES = sorted(HOSTILE_DIR.glob("*.py"))
+SECRET = "SPADE-SECRET-7f3a9c"
+LEAK_MARKERS = (SECRET, "root:x:0:0", "LEAK:", "home-marker-5d1e", "[tool.pytest")
+REPO_DIR = Path(__file__).resolve().parents[3]
+
+
+def headers(text: str) -> dict[str, str]:
+    found = {}
+    for line in text.splitlines():
+        if not line.startswith("# ") or ":" not in line:
+            break
+        key, _, value = line[2:].partition(":")
+        found[key.strip()] = value.strip()
+    return found
+
+
+def provides(level: IsolationLevel, need: str) -> bool:
+    return {"seccomp": level.has_seccomp, "namespaces": level.has_namespaces,
+            "filesystem": level.has_private_filesystem}[need]
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("hostile")
+    run_dir, home_dir, outside = root / "run", root / "home", root / "outside"
+    for folder in (run_dir, home_dir, outside):
+        folder.mkdir()
+    (run_dir / "secret.txt").write_text(SECRET)
+    (home_dir / "home-marker-5d1e").write_text(SECRET)
+    return {"RUN_DIR": run_dir, "HOME_DIR": home_dir, "OUTSIDE_DIR": outside, "REPO_DIR": REPO_DIR}
+
+
+@pytest.fixture(scope="module")
+def hostile_pool(places, shared_pool):
+    # What a leaky sandbox would hand over: secrets in the environment of the process that started it.
+    os.environ["SPADE_TEST_API_KEY"] = SECRET
+    os.environ["SPADE_RUN_DIR"] = str(places["RUN_DIR"])
+    yield shared_pool
+    del os.environ["SPADE_TEST_API_KEY"], os.environ["SPADE_RUN_DIR"]
+
+
+def load_case(path: Path, places: dict[str, Path]) -> tuple[dict[str, str], str]:
+    text = path.read_text()
+    for name, value in places.items():
+        text = text.replace(f"@@{name}@@", str(value))
+    return headers(text), text
+
+
+async def play_directly(pool: SandboxPool, source: str) -> tuple[str, list[str]]:
+    """Play without validation; returns how it ended ("completes" or a failure kind) and all text seen."""
+    seen: list[str] = []
+    try:
+        async with pool.open_episode(source, max_turns=6) as episode:
+            observation, info = await episode.reset(seed=0)
+            seen += [observation, repr(info)]
+            for _ in range(6):
+                result = await episode.step("\\boxed{1}")
+                seen += [result.observation, repr(result.info)]
+                if result.terminated or result.truncated:
+                    break
+            seen.append(repr(await episode.solution()))
+    except EpisodeFailed as failure:
+        assert len(failure.detail) <= 2000
+        return failure.kind, seen + [failure.detail]
+    return "completes", seen
+
+
+async def still_serving(pool: SandboxPool) -> tuple[str, bool]:
+    return await canary_observation(pool), await play_guess(pool, seed=3)
+
+
+def test_the_hostile_suite_is_large_enough():
+    assert len(CASES) >= 25
+    for path in CASES:
+        meta = headers(path.read_text())
+        assert {"hostile", "outcome", "rejected-by"} <= meta.keys(), path.name
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
+def test_hostile_environment_is_contained(path, hostile_pool, places):
+    meta, source = load_case(path, places)
+    pool = hostile_pool.pool
+    if "needs" in meta and not provides(pool.isolation, meta["needs"]):
+        pytest.skip(f"containment needs {meta['needs']}, the pool runs at {pool.isolation}")
+    before = pool.statistics()
+    outcome, seen = hostile_pool.run(play_directly, pool, source)
+    if meta["outcome"] != "any":
+        assert outcome == meta["outcome"], "\n".join(seen)[-2000:]
+    text = "\n".join(seen)
+    for marker in LEAK_MARKERS:
+        assert marker not in text, f"leaked {marker!r}"
+    assert list(places["OUTSIDE_DIR"].iterdir()) == []
+    assert not (REPO_DIR / "pwned-by-sandbox.txt").exists()
+    assert not Path("/tmp/pwned-by-sandbox.txt").exists()
+    assert hostile_pool.run(still_serving, pool) == (CANARY_OBSERVATION, True)
+    after = pool.statistics()
+    assert after.episodes_served >= before.episodes_served + 3
+    if outcome != "completes":
+        assert after.failures_by_kind.get(outcome, 0) == before.failures_by_kind.get(outcome, 0) + 1
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
+def test_hostile_environment_is_rejected(path, hostile_pool, places):
+    meta, source = load_case(path, places)
+    pool = hostile_pool.pool
+    verdict = hostile_pool.run(validate_environment, pool, source)
+    assert not verdict.valid
+    assert verdict.reason.startswith(meta["rejected-by"] + ":"), verdict.reason
+    failed = [c for c in verdict.checks if not c.passed and not c.detail.startswith("not run")]
+    assert [c.name for c in failed] == [meta["rejected-by"]]
+    assert list(places["OUTSIDE_DIR"].iterdir()) == []
+    assert hostile_pool.run(still_serving, pool) == (CANARY_OBSERVATION, True)

@@ -1,0 +1,173 @@
+"""End to end: `spade-engine up` for 3 steps through the real processes, ZeroMQ, LMDB, sandbox and learner.
+
+The rollout worker uses the scripted backend (tests/e2e/data): it says chosen designer completions (one valid
+environment, one invalid) and agent replies, scored by the tiny random model so their log-probs are real; the
+learner trains the same tiny model for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from storage.records import unpack_ints, unpack_mask
+from storage.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parent / "data"
+K = 1
+
+
+def _script(tmp_path: Path) -> Path:
+    valid = (DATA / "pick_env.py").read_text()
+    invalid = "class Broken:\n    def reset(self):\n        return 'no Env class here'\n"
+    script = {
+        "designer": [valid + "```\n", invalid + "```\n"],
+        "hint": ["The hidden number is one of two; answer with one of them."],
+        "agent": ["\\boxed{1}", "I pick \\boxed{2}", "hmm \\boxed{1}"],
+    }
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(script))
+    return path
+
+
+def _up_command(tiny_model_path: str, run_dir: Path, script: Path, steps: int, extra=()) -> list[str]:
+    return [
+        sys.executable, "-m", "engine.cli", "up", "--no-live",
+        "--model", tiny_model_path, "--run-dir", str(run_dir), "--steps", str(steps),
+        "--set", "inference.backend=scripted", "--set", f"inference.script={json.dumps(str(script))}",
+        "--set", f"curriculum.refresh_interval={K}", "--set", "curriculum.envs_per_step=2",
+        "--set", "curriculum.skills_per_refresh=2", "--set", "curriculum.design_attempts=1",
+        "--set", "run.max_staleness=0", "--set", "play.max_turns=2", "--set", "learner.learning_rate=1e-3",
+        "--set", f"play.designer_prefill={json.dumps(chr(96) * 3 + 'python' + chr(10))}",
+        *extra,
+    ]
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
+
+
+def test_up_runs_the_whole_loop(tiny_model_path, tmp_path):
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        _up_command(tiny_model_path, run_dir, _script(tmp_path), steps=3), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "run directory:" in result.stdout
+
+    store = Store.open(run_dir / "store", readonly=True)
+    envs = list(store.environments())
+    trajectories = list(store.trajectories())
+    rewards = list(store.designer_rewards())
+    state = store.state()
+    store.close()
+
+    # the invalid design is stored with its reason; the valid one is played
+    rejected = [e for e in envs if e.source == "designed" and not e.valid]
+    valid = [e for e in envs if e.source == "designed" and e.valid]
+    assert rejected and all(e.reason.startswith("single_env_class") for e in rejected)
+    assert valid and all(e.hint for e in valid)
+    # both roles and both arms are stored
+    assert {(t.role, t.arm) for t in trajectories} >= {("designer", "design"), ("agent", "hint"), ("agent", "no_hint")}
+    # the policy version advanced (3 steps + the final flush of delayed designer samples) ...
+    assert state.policy_version == 4 and state.finished
+    # ... and the workers used it: with max_staleness 0, every agent token of step s was sampled by version s
+    for t in trajectories:
+        if t.role == "agent" and t.status != "failed":
+            versions = unpack_ints(t.sample.versions)[unpack_mask(t.sample.loss_mask) == 1]
+            assert set(versions.tolist()) == {t.step}, (t.sample_id, set(versions.tolist()))
+    # designer rewards appear exactly k steps after their environments
+    assert {r.env_step for r in rewards} == {0, 1, 2}
+    assert all(r.reward_step - r.env_step == K for r in rewards)
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3]
+    for m in metrics[:3]:
+        for key in ("policy_version", "envs_requested", "envs_valid", "win_rate_no_hint", "win_rate_hint", "mean_regret", "learnable_share", "tokens_per_s", "learner_loss", "staleness"):
+            assert key in m
+    assert sum(m["designer_samples"] for m in metrics[:3]) == 2  # the step-0 and step-1 designs; step 2's is the flush
+
+    # the weights changed, and the checkpoint loads and generates with transformers
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    checkpoint = (run_dir / "checkpoints" / "latest").resolve()
+    before = load_file(str(Path(tiny_model_path) / "model.safetensors"))
+    after = load_file(str(checkpoint / "model.safetensors"))
+    assert any(not np.array_equal(before[name].numpy(), after[name].numpy()) for name in before)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    ids = tokenizer("def f(x):", return_tensors="pt")
+    out = model.generate(**ids, max_new_tokens=5, do_sample=False)
+    assert out.shape[1] > ids["input_ids"].shape[1]
+
+
+def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        _up_command(tiny_model_path, run_dir, _script(tmp_path), steps=50), cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        metrics = run_dir / "metrics.jsonl"
+        while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 1):
+            time.sleep(0.2)
+        assert metrics.exists(), "the run never finished a step"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err and "Traceback" not in err
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["model_path"]
+    # every child is gone
+    for log in (run_dir / "logs").glob("*.log"):
+        assert log.exists()
+    pids = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
+    assert pids == []
+    store = Store.open(run_dir / "store", readonly=True)
+    assert store.state().steps_done >= 1
+    assert any(t.role == "agent" for t in store.trajectories())
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set", "run.stepz=3"], "error: unknown config key run.stepz"),
+        (["--set", "run.steps=three"], "error: bad config value: Expected `int`, got `str` - at `run.steps`"),
+        (["--corpus", "/nonexistent/corpus.jsonl"], "error: corpus /nonexistent/corpus.jsonl does not exist"),
+        (["--model", "/tmp"], "error: model path /tmp is not a Hugging Face model folder (no config.json)"),
+        (["--steps", "x"], "error: argument --steps: invalid int value: 'x'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "up", "--run-dir", str(tmp_path / "r"), *args], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(message), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_help_is_fast_and_imports_no_torch():
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; from engine.cli import main\ntry:\n    main(['up', '--help'])\nexcept SystemExit: pass\nassert 'torch' not in sys.modules, 'torch imported'"],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--steps" in result.stdout
+    assert time.monotonic() - started < 5
