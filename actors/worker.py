@@ -82,8 +82,14 @@ async def run_worker(run_dir: Path, worker_id: str, address: str | None) -> None
         )
 
         async def heartbeat() -> None:
+            beats = 0
             while True:
                 await sock.send(Heartbeat(worker_id=worker_id, policy_version=batcher.policy_version, busy=busy))
+                beats += 1
+                if beats % 15 == 0:  # a line in the worker's log now and then: is the batcher batching?
+                    st = batcher.statistics()
+                    mean = st.requests / st.batches if st.batches else 0.0
+                    print(f"[{worker_id}] v{st.policy_version} batches {st.batches} (mean size {mean:.1f}), tokens {st.tokens_generated}, generating {st.busy_seconds:.0f} s, {busy} tasks running", flush=True)
                 await trio.sleep(config.worker.heartbeat_s)
 
         async def run_task(task) -> None:

@@ -126,19 +126,29 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
     code = 0
     try:
         trio.run(engine.run)
-    except KeyboardInterrupt:
+    except BaseException as exc:  # trio wraps what its tasks raised in exception groups: look at the leaves
+        leaves = _leaves(exc)
         view.close()
-        print("\ninterrupted: stopping the learner and workers; everything committed stays in the store", file=sys.stderr)
-        code = 130
-    except (EngineError, ChildFailed) as exc:
-        view.close()
-        print(f"error: {exc}", file=sys.stderr)
-        code = 1
+        if any(isinstance(e, KeyboardInterrupt) for e in leaves):
+            print("\ninterrupted: stopping the learner and workers; everything committed stays in the store", file=sys.stderr)
+            code = 130
+        elif all(isinstance(e, (EngineError, ChildFailed)) for e in leaves):
+            for e in leaves:
+                print(f"error: {e}", file=sys.stderr)
+            code = 1
+        else:
+            raise
     finally:
         view.close()
         engine.stop_children()
     print_summary(paths)
     return code
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def cmd_worker(args) -> int:

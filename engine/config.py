@@ -106,7 +106,7 @@ class LearnerConfig(_Section):
 
 
 class SandboxConfig(_Section):
-    workers: int = 2
+    workers: int = 16  # sandbox processes; an episode holds one while it waits for the model, so this bounds episodes in flight
     step_timeout_s: float = 10.0
     episode_timeout_s: float = 120.0
     memory_mb: int = 1024

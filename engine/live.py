@@ -41,7 +41,8 @@ class LiveView:
         m = metrics
         self.line(
             f"step {m['step'] + 1}/{self.total_steps}  v{m['policy_version']}  "
-            f"envs {m['envs_valid']}/{m['envs_requested']} valid  "
+            + (f"designs {m['envs_valid']} valid of {m['envs_requested']}  " if m["envs_requested"] else "")
+            + f"envs {m['active_envs']}  "
             f"win {m['win_rate_no_hint']:.2f} -> {m['win_rate_hint']:.2f} with hint  "
             f"regret {m['mean_regret']:+.2f}  learnable {m['learnable_share']:.2f}  "
             f"{m['tokens_per_s']:.0f} tok/s  loss {m['learner_loss']:+.4f}  stale {m['staleness']:.2f}"

@@ -55,7 +55,7 @@ from engine.processes import Child, ChildFailed, learner_child, supervise, worke
 from engine.rewards import designer_advantages, designer_reward, designer_scale, group_advantages, learnable
 from engine.transport import MessageSocket, ProtocolError, open_socket
 from storage.memory import evicted, negative_lines, positive_examples
-from storage.records import DesignerRewardRecord, EnvironmentRecord, MemoryRecord, RunState, TrajectoryRecord
+from storage.records import DesignerRewardRecord, EnvironmentRecord, MemoryRecord, RunState, TrajectoryRecord, unpack_ints
 from storage.store import Store
 
 
@@ -245,14 +245,13 @@ class Engine:
             step=step,
         )
 
-    def _reuse(self, skill: str) -> ActiveEnv | None:
-        designed = [e for e in self.store.environments() if e.valid and e.skill == skill]
-        designed.sort(key=lambda e: (e.source == "designed", e.step_created), reverse=True)
-        if not designed and self.seeds:
-            designed = [e for e in self.store.environments() if e.valid and e.source == "seed"]
-        if not designed:
+    def _reuse(self, skill: str, taken: set[str]) -> ActiveEnv | None:
+        """An earlier valid environment of this skill not already active (newest designed first, then seeds)."""
+        valid = [e for e in self.store.environments() if e.valid and e.env_id not in taken]
+        candidates = [e for e in valid if e.skill == skill] or [e for e in valid if e.source == "seed"]
+        if not candidates:
             return None
-        e = designed[0]
+        e = max(candidates, key=lambda e: (e.source == "designed", e.step_created, e.env_id))
         return ActiveEnv(env_id=e.env_id, skill=e.skill, code=e.code, hint=e.hint, designed_now=False, class_name=_class_name(e.code))
 
     async def refresh(self, step: int) -> tuple[list[ActiveEnv], int, int]:
@@ -285,7 +284,7 @@ class Engine:
         valid = sum(1 for env in chosen if env is not None)
         for i, env in enumerate(chosen):
             if env is None and c.reuse_valid_envs:
-                chosen[i] = self._reuse(skills[i])
+                chosen[i] = self._reuse(skills[i], {e.env_id for e in chosen if e is not None})
         active = [env for env in chosen if env is not None]
         return active, requested, valid
 
@@ -345,6 +344,19 @@ class Engine:
                 zero_groups += 1
             samples += [msgspec.structs.replace(r.agent, advantage=a) for r, a in zip(members, advantages)]
         return samples, zero_groups
+
+    def drop_stale(self, samples: list[Sample]) -> tuple[list[Sample], int]:
+        """Agent samples whose oldest token is more than `run.max_staleness` versions behind the learner are
+        dropped (and counted), never trained on. Designer samples are late by design and exempt."""
+        bound = self.config.run.max_staleness
+        kept = []
+        for sample in samples:
+            versions = unpack_ints(sample.versions)
+            sampled = versions[versions >= 0]
+            if sample.role == "agent" and sampled.size and self.policy_version - int(sampled.min()) > bound:
+                continue
+            kept.append(sample)
+        return kept, len(samples) - len(kept)
 
     # ------------------------------------------------------------------ designer rewards and memory
     def _returns(self, env_id: str, steps: range) -> dict[tuple[int, str], list[float]]:
@@ -451,6 +463,8 @@ class Engine:
             await self.wait_for_version(step - cfg.run.max_staleness, f"step {step + 1}")
             if step % self.k == 0:
                 active, envs_requested, envs_valid = await self.refresh(step)
+            else:
+                envs_requested = envs_valid = 0
                 with self.store.batch() as batch:
                     batch.put_state(RunState(steps_done=step, policy_version=self.policy_version, active_env_ids=[e.env_id for e in active], refresh_step=step, isolation=self.isolation))
             if not active:
@@ -458,12 +472,14 @@ class Engine:
             results = await self._run_tasks(f"step {step + 1}: plays", self._play_tasks(step, active))
             plays = self._store_plays(step, results)
             samples, zero_groups = self.agent_samples(plays)
+            samples, too_stale = self.drop_stale(samples)
             self.close_window(step, len(samples))
             if step % self.k == 0:
                 self.update_memory(step, active, plays)
             due = self.designer_due.pop(step, [])
             last = step == steps - 1
             self.step_stats[step] = self._stats(step, plays, results, samples, due, zero_groups, envs_requested, envs_valid, time.monotonic() - started, self._tokens_total - tokens_before)
+            self.step_stats[step]["dropped_stale"] = too_stale
             with self.store.batch() as batch:
                 batch.put_state(RunState(steps_done=step + 1, policy_version=self.policy_version, active_env_ids=[e.env_id for e in active], refresh_step=step - step % self.k, isolation=self.isolation))
             await self.send_batch(step, samples + due, checkpoint=last and not self.designer_due.get(steps))
@@ -498,7 +514,8 @@ class Engine:
         return {
             "step": step,
             "refresh": step % self.k == 0,
-            "envs_requested": envs_requested,
+            "env_slots": self.config.curriculum.envs_per_step,
+            "envs_requested": envs_requested,  # design attempts at this step's refresh (0 between refreshes)
             "envs_valid": envs_valid,
             "active_envs": len(per_env),
             "plays": len(plays),

@@ -1,17 +1,188 @@
-"""Policy-gradient objectives on per-token log-probs.
+"""Policy-gradient objectives for asynchronous GRPO on per-token log-probs, selectable by name.
 
-`clipped_tis_loss` is the reference's objective: the PPO-clipped ratio r = pi_theta / pi_old with clip range
-[1 - eps_low, 1 + eps_high], multiplied by the truncated importance weight w = min(pi_old / mu, cap) that
-corrects for the gap between the behaviour policy mu (the inference backend that sampled the tokens) and the
-learner's pi_old. It returns per-token losses; the caller aggregates (token mean within each role).
+    cfg = ObjectiveConfig()                                    # decoupled PPO, clip 0.2 / 0.28, w > 5 masked
+    losses, kept, stats = token_losses(cfg, logprobs, proximal, behaviour, advantages, mask)
+    loss = aggregate(losses, kept, roles=["agent", "designer"], role_weights={"agent": 1.0, "designer": 1.0})
 
-With one optimizer step per batch, pi_old is the current policy itself (`logprobs.detach()`), so r = 1 with the
-gradient of pi_theta, and the clip only matters once several updates reuse a batch.
+Notation (every tensor is [batch, seq], one row per sequence; advantages may be [batch, 1]):
+  logprobs  log pi_theta, the policy being optimised (carries the gradient)
+  proximal  log pi_prox, the learner's recomputation with the weights before this update (no gradient)
+  behaviour log mu, recorded by the inference engine that sampled the tokens (no gradient)
+
+Every objective uses the clipped surrogate on r = pi_theta / pi_prox, clip(r) = clamp(r, 1 - clip_low,
+1 + clip_high), and differs only in the behaviour weight w built from k = pi_prox / mu:
+  decoupled_ppo  w = k, tokens with k > behaviour_cap leave the loss mask (AReaL's decoupled PPO)
+  tis            w = min(k, tis_cap)                  (truncated importance sampling, the SPADE reference)
+  icepop         w = k inside [icepop_low, icepop_high], tokens outside leave the loss mask
+The per-token loss is -w * min(r * A, clip(r) * A) (+ kl_coef * k3 to a frozen reference), zero outside the
+effective mask M; `aggregate` turns it into -(1/|M|) sum_M ... per role. With `seq_filter`, a whole sequence
+leaves M when the geometric mean of k over its tokens, exp(mean log k), falls outside [seq_low, seq_high].
+
+On-policy (mu = pi_prox = pi_theta.detach()) every objective equals `plain_grpo_loss` in value and gradient.
+M depends only on proximal, behaviour and the caller's mask, so `effective_mask` gives the per-role token counts
+before any gradient pass (for micro-batched gradient accumulation, pass them to `aggregate` as `role_tokens`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import msgspec
 import torch
+
+OBJECTIVES = ("decoupled_ppo", "tis", "icepop")
+
+
+class ObjectiveConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: Literal["decoupled_ppo", "tis", "icepop"] = "decoupled_ppo"
+    clip_low: float = 0.2  # r is clipped to [1 - clip_low, 1 + clip_high]
+    clip_high: float = 0.28  # DAPO's "clip higher"
+    behaviour_cap: float = 5.0  # decoupled_ppo: tokens with pi_prox / mu above this are masked out
+    tis_cap: float = 2.0  # tis: the weight is min(pi_prox / mu, tis_cap)
+    icepop_low: float = 0.5  # icepop: tokens keep weight pi_prox / mu inside [icepop_low, icepop_high], else 0
+    icepop_high: float = 5.0
+    seq_filter: bool = False  # reject a sequence whose geometric-mean pi_prox / mu leaves [seq_low, seq_high]
+    seq_low: float = 0.99
+    seq_high: float = 1.01
+    kl_coef: float = 0.0  # weight of the k3 KL to a frozen reference model (needs ref_logprobs)
+
+    def __post_init__(self):
+        if self.name not in OBJECTIVES:
+            raise ValueError(f"objective {self.name!r} is unknown: use one of {', '.join(OBJECTIVES)}")
+        if not (0.0 <= self.clip_low < 1.0 and self.clip_high >= 0.0):
+            raise ValueError(f"clip range [1 - {self.clip_low}, 1 + {self.clip_high}] is invalid: need 0 <= clip_low < 1 and clip_high >= 0")
+        for field in ("behaviour_cap", "tis_cap"):
+            if getattr(self, field) <= 0.0:
+                raise ValueError(f"{field} must be positive, got {getattr(self, field)}")
+        if not 0.0 <= self.icepop_low <= self.icepop_high:
+            raise ValueError(f"icepop band [{self.icepop_low}, {self.icepop_high}] is invalid: need 0 <= icepop_low <= icepop_high")
+        if not 0.0 < self.seq_low <= self.seq_high:
+            raise ValueError(f"sequence filter band [{self.seq_low}, {self.seq_high}] is invalid: need 0 < seq_low <= seq_high")
+        if self.kl_coef < 0.0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+
+
+def k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator term, ratio - log(ratio) - 1 >= 0, from log(ratio)."""
+    return torch.expm1(log_ratio) - log_ratio
+
+
+def effective_mask(cfg: ObjectiveConfig, proximal: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The tokens that stay in the loss (bool): the caller's mask less those the objective or the filter drops."""
+    log_k = (proximal - behaviour).detach()
+    kept = mask.bool()
+    if cfg.name == "decoupled_ppo":
+        kept = kept & (log_k.exp() <= cfg.behaviour_cap)
+    elif cfg.name == "icepop":
+        k = log_k.exp()
+        kept = kept & (k >= cfg.icepop_low) & (k <= cfg.icepop_high)
+    if cfg.seq_filter:
+        tokens = mask.bool()
+        mean_log_k = torch.where(tokens, log_k, 0.0).sum(-1) / tokens.sum(-1).clamp(min=1)
+        geometric = mean_log_k.exp()
+        in_band = (geometric >= cfg.seq_low) & (geometric <= cfg.seq_high)
+        kept = kept & in_band.unsqueeze(-1)
+    return kept
+
+
+def token_losses(
+    cfg: ObjectiveConfig,
+    logprobs: torch.Tensor,
+    proximal: torch.Tensor,
+    behaviour: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ref_logprobs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token losses (zero outside M), the effective mask M (bool) and detached 0-d stats.
+
+    Stats: clip_fraction (tokens of M where the clipped term is the minimum, so the gradient is cut),
+    behaviour_weight_mean / behaviour_weight_max (k = pi_prox / mu before any cap, over the caller's mask),
+    masked_fraction (caller's tokens dropped by w > cap, icepop's band or the sequence filter),
+    mismatch_k3 (mean over the caller's mask of k - log k - 1 with k = pi_prox / mu: the k3 estimate of
+    KL(mu || pi_prox) from the tokens mu sampled), kl_ref (mean k3 to the reference over M, 0 without one),
+    tokens and kept_tokens (|mask| and |M|, to weight means across micro-batches).
+    """
+    if not (logprobs.shape == proximal.shape == behaviour.shape == mask.shape):
+        raise ValueError(
+            f"logprobs {tuple(logprobs.shape)}, proximal {tuple(proximal.shape)}, behaviour {tuple(behaviour.shape)} "
+            f"and mask {tuple(mask.shape)} must all have the same [batch, seq] shape"
+        )
+    if cfg.kl_coef > 0.0 and ref_logprobs is None:
+        raise ValueError(f"kl_coef is {cfg.kl_coef} but no ref_logprobs were given: pass the reference model's log-probs or set kl_coef = 0")
+    proximal, behaviour, advantages = proximal.detach(), behaviour.detach(), advantages.detach()
+    log_k = proximal - behaviour
+    k = log_k.exp()
+    kept = effective_mask(cfg, proximal, behaviour, mask)
+    if cfg.name == "tis":
+        weight = k.clamp(max=cfg.tis_cap)
+    else:
+        weight = torch.where(kept, k, 0.0)
+
+    ratio = torch.exp(logprobs - proximal)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * advantages
+    loss = -weight * torch.minimum(unclipped, clipped)
+    kl = None
+    if ref_logprobs is not None:
+        kl = k3(ref_logprobs.detach() - logprobs)  # ratio = pi_ref / pi_theta
+        if cfg.kl_coef > 0.0:
+            loss = loss + cfg.kl_coef * kl
+    loss = torch.where(kept, loss, 0.0)
+
+    with torch.no_grad():
+        tokens = mask.bool()
+        n_tokens = tokens.sum()
+        n_kept = kept.sum()
+        per_token = n_tokens.clamp(min=1)
+        per_kept = n_kept.clamp(min=1)
+        stats = {
+            "clip_fraction": (kept & (clipped < unclipped)).sum() / per_kept,
+            "behaviour_weight_mean": torch.where(tokens, k, 0.0).sum() / per_token,
+            "behaviour_weight_max": torch.where(tokens, k, 0.0).max() if tokens.any() else k.new_zeros(()),
+            "masked_fraction": (n_tokens - n_kept) / per_token,
+            "mismatch_k3": torch.where(tokens, k3(log_k), 0.0).sum() / per_token,
+            "kl_ref": torch.where(kept, kl, 0.0).sum() / per_kept if kl is not None else k.new_zeros(()),
+            "tokens": n_tokens.to(k.dtype),
+            "kept_tokens": n_kept.to(k.dtype),
+        }
+    return loss, kept, stats
+
+
+def aggregate(
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    roles: Sequence[str],
+    role_weights: Mapping[str, float],
+    *,
+    role_tokens: Mapping[str, float] | None = None,
+) -> torch.Tensor:
+    """sum over roles of weight * (token mean of the role's losses over `mask`); roles[i] names row i.
+
+    `role_tokens` replaces each role's denominator (its token count in the whole batch when the batch is split
+    into micro-batches whose losses are summed); a role without tokens contributes 0.
+    """
+    if len(roles) != per_token_loss.shape[0]:
+        raise ValueError(f"roles names {len(roles)} rows but the loss has {per_token_loss.shape[0]}")
+    unknown = sorted(set(roles) - set(role_weights))
+    if unknown:
+        raise ValueError(f"roles {unknown} have no weight in role_weights (known: {', '.join(role_weights)})")
+    weights = mask.to(per_token_loss.dtype)
+    total = per_token_loss.new_zeros(())
+    for role, role_weight in role_weights.items():
+        rows = torch.tensor([r == role for r in roles], device=per_token_loss.device)
+        count = float(role_tokens[role]) if role_tokens is not None else float(weights[rows].sum())
+        if count > 0:
+            total = total + role_weight * (per_token_loss[rows] * weights[rows]).sum() / count
+    return total
+
+
+def plain_grpo_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The on-policy reference: -(1/|M|) sum_M A_t * exp(logp - logp.detach()), whose gradient is -A grad logp."""
+    weights = mask.to(logprobs.dtype)
+    surrogate = advantages.detach() * torch.exp(logprobs - logprobs.detach())
+    return -(surrogate * weights).sum() / weights.sum().clamp(min=1)
 
 
 def clipped_tis_loss(
@@ -24,14 +195,14 @@ def clipped_tis_loss(
     clip_high: float,
     is_cap: float,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    ratio = torch.exp(logprobs - old_logprobs)
-    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    surrogate = torch.minimum(ratio * advantages, clipped * advantages)
-    weight = torch.clamp(torch.exp(old_logprobs - behaviour_logprobs), max=is_cap).detach()
-    loss = -weight * surrogate
+    """Transitional: the trainer's previous call, kept until it moves to `token_losses` (per-token stats)."""
+    cfg = ObjectiveConfig(name="tis", clip_low=clip_low, clip_high=clip_high, tis_cap=is_cap)
+    loss, _, _ = token_losses(cfg, logprobs, old_logprobs, behaviour_logprobs, advantages, torch.ones_like(logprobs))
+    ratio = torch.exp(logprobs - old_logprobs).detach()
+    k = torch.exp(old_logprobs - behaviour_logprobs).detach()
     stats = {
-        "clip_fraction": ((ratio - clipped).abs() > 1e-9).float(),
-        "is_weight": weight,
-        "is_truncated": (torch.exp(old_logprobs - behaviour_logprobs) > is_cap).float(),
+        "clip_fraction": ((ratio - ratio.clamp(1.0 - clip_low, 1.0 + clip_high)).abs() > 1e-9).float(),
+        "is_weight": k.clamp(max=is_cap),
+        "is_truncated": (k > is_cap).float(),
     }
     return loss, stats

@@ -42,7 +42,8 @@ START_TIMEOUT_S = 20.0
 END_TIMEOUT_S = 5.0
 FILE_SIZE_MB = 16
 OPEN_FILES = 64
-SPIN_NS = 40_000
+SPIN_NS = 40_000  # how long to poll for the reply to a cheap call before sleeping on epoll
+LOAD_SPIN_NS = 150_000  # loading a source the worker has compiled before takes about 60 us
 SPAWN_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
 
 
@@ -141,11 +142,16 @@ class _WorkerProcess:
         self._closed = False
         self.episodes = 0
         self.trusted = True
+        self.ending = False  # an End was sent whose reply has not been read yet
         self.ready: protocol.Ready | None = None
 
-    async def request(self, message: protocol.Request) -> protocol.Reply:
+    async def request(self, message: protocol.Request, spin_ns: int = 0) -> protocol.Reply:
         """One round trip. Raises _WorkerGone if the worker dies or answers garbage."""
         await trio.lowlevel.checkpoint()
+        await self.send(message)
+        return await self.receive(spin_ns)
+
+    async def send(self, message: protocol.Request) -> None:
         view = memoryview(protocol.encode_frame(message))
         while view:  # raw non-blocking fds rather than trio streams: this is the hot path
             try:
@@ -154,18 +160,17 @@ class _WorkerProcess:
                 await trio.lowlevel.wait_writable(self._stdin_fd)
             except OSError:
                 raise _WorkerGone(await self._death()) from None
-        return await self.receive()
 
-    async def receive(self) -> protocol.Reply:
+    async def receive(self, spin_ns: int = 0) -> protocol.Reply:
         buffer = self._buffer
         while len(buffer) < 4:
-            await self._fill()
+            await self._fill(spin_ns)
         size = int.from_bytes(buffer[:4], "big")
         if size > self._max_frame:
             self.trusted = False
             raise _WorkerGone(EpisodeFailed("limit", f"reply of {size} bytes exceeds max_output_bytes"))
         while len(buffer) < 4 + size:
-            await self._fill()
+            await self._fill(spin_ns)
         frame = bytes(buffer[4:4 + size])
         del buffer[:4 + size]
         try:
@@ -174,10 +179,10 @@ class _WorkerProcess:
             self.trusted = False
             raise _WorkerGone(EpisodeFailed("protocol", f"undecodable reply from the worker: {exc}")) from exc
 
-    async def _fill(self) -> None:
-        # Replies to cheap calls arrive within tens of microseconds: polling briefly first saves the epoll
-        # registration and wake-up, which cost more than the call itself in a small VM.
-        spin_until = time.perf_counter_ns() + SPIN_NS
+    async def _fill(self, spin_ns: int) -> None:
+        # Replies to cheap calls (a step) arrive within tens of microseconds: polling briefly first saves the
+        # epoll registration and wake-up, which cost more than the call itself in a small VM.
+        spin_until = time.perf_counter_ns() + spin_ns if spin_ns else 0
         while True:
             try:
                 data = os.read(self._stdout_fd, 1 << 16)
@@ -262,13 +267,15 @@ class Episode:
         self.has_solution = False
         self.turns = 0
         self.cleanup_problem = ""  # set when the episode closes: what it left behind, if anything
-
+        self.closed = False
 
     @property
     def failure(self) -> EpisodeFailed | None:
         return self._failure
 
-    async def _call(self, message: protocol.Request) -> protocol.Reply:
+    async def _call(self, message: protocol.Request, spin_ns: int = SPIN_NS, sent: bool = False) -> protocol.Reply:
+        if self.closed:  # the worker may be serving someone else by now
+            raise trio.ClosedResourceError("the episode is closed")
         if self._failure is not None:
             raise EpisodeFailed(self._failure.kind, f"the episode already failed: {self._failure.detail}")
         worker = self._worker
@@ -278,10 +285,12 @@ class Episode:
         worker.trusted = False  # until a whole reply is back: a cancellation in between leaves it unusable
         try:
             with trio.move_on_after(max(limit, 0.0)) as scope:
-                reply = await worker.request(message)
+                reply = await (worker.receive(spin_ns) if sent else worker.request(message, spin_ns))
             if scope.cancelled_caught:
-                what = "the episode" if episode_left <= self._pool.config.step_timeout_s else "the call"
-                raise EpisodeFailed("timeout", f"{what} took longer than {limit:.3g} s")
+                if episode_left <= self._pool.config.step_timeout_s:
+                    raise EpisodeFailed("timeout", f"the episode took longer than "
+                                                   f"{self._pool.config.episode_timeout_s:.3g} s")
+                raise EpisodeFailed("timeout", f"the call took longer than {limit:.3g} s")
         except _WorkerGone as gone:
             raise self._fail(gone.failure) from None
         except EpisodeFailed as failure:
@@ -302,8 +311,10 @@ class Episode:
             raise self._fail(EpisodeFailed("protocol", f"unexpected {type(reply).__name__} reply"))
         return reply
 
-    async def _load(self, source: str) -> None:
-        reply = self._expect(await self._call(protocol.Load(source=source)), protocol.Loaded)
+    async def _load(self, source: str, sent: bool = False) -> None:
+        """Load the source (`sent`: the Load frame is already on its way, only read the reply)."""
+        reply = self._expect(await self._call(protocol.Load(source=source), spin_ns=LOAD_SPIN_NS, sent=sent),
+                             protocol.Loaded)
         self.class_name = reply.class_name
         self.has_solution = reply.has_solution
 
@@ -429,10 +440,9 @@ class SandboxPool:
 
     async def _open(self) -> None:
         await self._choose_level()
-        async with trio.open_nursery() as nursery:
-            for slot in self._slots[1:]:
-                nursery.start_soon(self._refill, slot)
         self._idle_send.send_nowait(self._slots[0])
+        for slot in self._slots[1:]:
+            self._nursery.start_soon(self._refill, slot)  # the first episodes need not wait for all of them
 
     async def _aclose(self) -> None:
         self._closed = True
@@ -443,55 +453,98 @@ class SandboxPool:
 
     # ------------------------------------------------------------------ episodes
     @asynccontextmanager
-    async def open_episode(self, source: str, *, max_turns: int | None = None,
-                           fresh_worker: bool = False) -> AsyncIterator[Episode]:
+    async def open_episode(self, source: str, *, max_turns: int | None = None, fresh_worker: bool = False,
+                           wait_for_cleanup: bool = False) -> AsyncIterator[Episode]:
         """Load `source` in a warm worker (a never-used one if `fresh_worker`) and instantiate its Env class.
 
-        Waits while all workers are busy. Raises EpisodeFailed if the source does not load.
+        Waits while all workers are busy. Raises EpisodeFailed if the source does not load. On exit the worker
+        cleans up behind the episode while the caller moves on; with `wait_for_cleanup` the exit waits for
+        that and sets `episode.cleanup_problem` to whatever the episode left behind ("" if nothing).
         """
         if self._closed:
             raise trio.ClosedResourceError("the sandbox pool is closed")
         slot = await self._idle_receive.receive()
         episode: Episode | None = None
         try:
-            if slot.worker is not None and (fresh_worker and slot.worker.episodes or not slot.worker.trusted):
-                await slot.worker.aclose()
-                slot.worker = None
-                self._replaced += 1
-            if slot.worker is None:
-                slot.worker = await self._start_worker()
-            slot.worker.episodes += 1
+            worker = await self._ready_worker(slot, fresh_worker)
             self._served += 1
-            episode = Episode(self, slot.worker, max_turns)
+            episode = Episode(self, worker, max_turns)
+            if worker.ending:  # the Load goes out behind the End: the worker's clean-up and this overlap
+                if not await self._send_load_behind_end(worker, source):
+                    worker.episodes += 1
+                    await episode._load(source, sent=True)
+                    yield episode
+                    return
+                await self._retire(slot)  # the last episode left something behind: a new worker for this one
+                worker = slot.worker = await self._start_worker()
+                episode = Episode(self, worker, max_turns)
+            worker.episodes += 1
             await episode._load(source)
             yield episode
         finally:
             with trio.CancelScope(shield=True):
-                await self._release(slot, episode)
+                await self._release(slot, episode, wait_for_cleanup)
 
-    async def _release(self, slot: _Slot, episode: Episode | None) -> None:
+    async def _ready_worker(self, slot: _Slot, fresh: bool) -> _WorkerProcess:
+        """The slot's worker (maybe still cleaning up behind its last episode), or a new one."""
         worker = slot.worker
-        if episode is not None and episode.failure is not None:
-            self._failures[episode.failure.kind] += 1
-        keep = False
-        if worker is not None and worker.trusted and not self._closed:
-            problem = "the clean-up timed out"
-            try:
-                with trio.move_on_after(min(END_TIMEOUT_S, self.config.step_timeout_s)):
-                    ended = await worker.request(protocol.End())
-                    problem = ended.reason if isinstance(ended, protocol.Ended) else "the clean-up failed"
-                    keep = not problem and worker.episodes < self.config.episodes_per_worker
-            except _WorkerGone as gone:
-                problem = f"the clean-up failed: {gone.failure.detail}"
-            if episode is not None:
-                episode.cleanup_problem = problem
-        if keep:
-            self._idle_send.send_nowait(slot)
-            return
-        if worker is not None:
-            await worker.aclose()
+        if worker is not None and (fresh and worker.episodes or not worker.trusted):
+            await self._retire(slot)
+        if slot.worker is None:
+            slot.worker = await self._start_worker()
+        return slot.worker
+
+    async def _send_load_behind_end(self, worker: _WorkerProcess, source: str) -> str:
+        """Send the Load, then read the End reply; what the last episode left behind, "" if nothing."""
+        worker.trusted = False  # a cancellation in the middle of the frame leaves the pipe unusable
+        try:
+            await worker.send(protocol.Load(source=source))
+        except _WorkerGone as gone:
+            return f"the worker died after the episode: {gone.failure.detail}"
+        return await self._wait_for_cleanup(worker)
+
+    async def _wait_for_cleanup(self, worker: _WorkerProcess) -> str:
+        """Read the End reply; what the last episode left behind ("" if nothing: the worker may serve again)."""
+        worker.ending = False
+        worker.trusted = False  # until the reply is in: a cancellation meanwhile leaves it unusable
+        try:
+            with trio.move_on_after(min(END_TIMEOUT_S, self.config.step_timeout_s)):
+                ended = await worker.receive()
+                problem = ended.reason if isinstance(ended, protocol.Ended) else "the clean-up failed"
+                worker.trusted = not problem
+                return problem
+            return "the clean-up timed out"
+        except _WorkerGone as gone:
+            return f"the clean-up failed: {gone.failure.detail}"
+
+    async def _retire(self, slot: _Slot) -> None:
+        if slot.worker is not None:
+            await slot.worker.aclose()
             slot.worker = None
             self._replaced += 1
+
+    async def _release(self, slot: _Slot, episode: Episode | None, wait: bool) -> None:
+        worker = slot.worker
+        if episode is not None:
+            episode.closed = True
+            if episode.failure is not None:
+                self._failures[episode.failure.kind] += 1
+        if worker is not None and worker.episodes >= self.config.episodes_per_worker:
+            worker.trusted = False  # served its share: replace it now, in the background
+        if worker is not None and worker.trusted and not self._closed:
+            try:
+                await worker.send(protocol.End())
+                worker.ending = True
+            except _WorkerGone:
+                worker.trusted = False
+        if worker is not None and worker.ending and wait:
+            problem = await self._wait_for_cleanup(worker)
+            if episode is not None:
+                episode.cleanup_problem = problem
+        if worker is not None and worker.trusted and not self._closed:
+            self._idle_send.send_nowait(slot)  # the next episode checks the End reply before using it
+            return
+        await self._retire(slot)
         if self._closed:
             self._idle_send.send_nowait(slot)
         else:
@@ -519,12 +572,19 @@ async def open_sandbox_pool(
                      episode_timeout_s=float(episode_timeout_s), memory_mb=int(memory_mb),
                      cpu_seconds=int(cpu_seconds), max_output_bytes=int(max_output_bytes),
                      episodes_per_worker=int(episodes_per_worker))
-    async with trio.open_nursery() as nursery:
-        pool = SandboxPool(config, isolation, nursery)
-        try:
-            await pool._open()
-            yield pool
-        finally:
-            nursery.cancel_scope.cancel()
-            with trio.CancelScope(shield=True):
-                await pool._aclose()
+    try:
+        async with trio.open_nursery() as nursery:
+            pool = SandboxPool(config, isolation, nursery)
+            try:
+                await pool._open()
+                yield pool
+            finally:
+                nursery.cancel_scope.cancel()
+                with trio.CancelScope(shield=True):
+                    await pool._aclose()
+    except BaseExceptionGroup as group:
+        # The background tasks (worker refills) never raise, so a lone exception is the caller's own or the
+        # start-up's: hand it over as itself rather than wrapped in a group.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from group.exceptions[0].__cause__
+        raise

@@ -55,9 +55,9 @@ def _single_env_class(tree: ast.Module) -> CheckResult:
     return "single_env_class", False, f"expected exactly one top-level class whose name ends in 'Env', found {found}"
 
 
-def _init_signature(tree: ast.Module, cls: ast.ClassDef | None) -> CheckResult:
+def _init_signature(tree: ast.Module, cls: ast.ClassDef) -> CheckResult:
     name = "init_signature"
-    init = _method(tree, cls, "__init__") if cls else None
+    init = _method(tree, cls, "__init__")
     if init is None:
         return name, True, "no __init__ (defaults only)"
     args = init.args
@@ -69,9 +69,9 @@ def _init_signature(tree: ast.Module, cls: ast.ClassDef | None) -> CheckResult:
     return name, True, "every parameter has a default"
 
 
-def _reset_signature(tree: ast.Module, cls: ast.ClassDef | None) -> CheckResult:
+def _reset_signature(tree: ast.Module, cls: ast.ClassDef) -> CheckResult:
     name = "reset_signature"
-    reset = _method(tree, cls, "reset") if cls else None
+    reset = _method(tree, cls, "reset")
     if reset is None:
         return name, False, "the Env class has no reset(self, seed=None) method"
     args = reset.args
@@ -84,9 +84,9 @@ def _reset_signature(tree: ast.Module, cls: ast.ClassDef | None) -> CheckResult:
     return name, True, "reset(seed=...)"
 
 
-def _step_signature(tree: ast.Module, cls: ast.ClassDef | None) -> CheckResult:
+def _step_signature(tree: ast.Module, cls: ast.ClassDef) -> CheckResult:
     name = "step_signature"
-    step = _method(tree, cls, "step") if cls else None
+    step = _method(tree, cls, "step")
     if step is None:
         return name, False, "the Env class has no step(self, action) method"
     args = step.args
@@ -143,12 +143,10 @@ def _no_dunder_tricks(tree: ast.Module) -> CheckResult:
 
 def run_static_checks(tree: ast.Module) -> list[CheckResult]:
     classes = env_classes(tree)
-    cls = classes[0] if len(classes) == 1 else None
-    return [
-        _single_env_class(tree),
-        _init_signature(tree, cls),
-        _reset_signature(tree, cls),
-        _step_signature(tree, cls),
-        _allowed_imports(tree),
-        _no_dunder_tricks(tree),
-    ]
+    if len(classes) == 1:
+        cls = classes[0]
+        signatures = [_init_signature(tree, cls), _reset_signature(tree, cls), _step_signature(tree, cls)]
+    else:
+        signatures = [(name, False, "not run: single_env_class failed")
+                      for name in ("init_signature", "reset_signature", "step_signature")]
+    return [_single_env_class(tree), *signatures, _allowed_imports(tree), _no_dunder_tricks(tree)]

@@ -178,7 +178,7 @@ async def _dynamic(pool: SandboxPool, source: str, hint: str | None, max_turns: 
             pair = []
             for fresh in (False, True):
                 try:
-                    async with pool.open_episode(source, fresh_worker=fresh) as episode:
+                    async with pool.open_episode(source, fresh_worker=fresh, wait_for_cleanup=True) as episode:
                         class_name = episode.class_name
                         results["loads"] = Check("loads", True, f"{class_name}() instantiated in the sandbox")
                         play = _Play(episode, seed, max_turns, hint)

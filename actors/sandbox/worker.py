@@ -30,6 +30,7 @@ from operator import is_
 DETAIL_CHARS = 2000
 WORKER_FILE = sys._getframe().f_code.co_filename  # "<string>" when started with -c
 MODULE_NAME = "spade_env"
+COMPILED_CACHE = 32
 SOURCE_NAME = "<environment>"
 WATCHED_SIGNALS = tuple(getattr(signal, name) for name in (
     "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGXCPU", "SIGXFSZ", "SIGTERM", "SIGINT", "SIGHUP", "SIGPIPE", "SIGUSR1",
@@ -325,6 +326,7 @@ class Worker:
         self.episode_builtins = None
         self.sink = Sink()
         self.snapshot = None
+        self.compiled = {}
 
     def serve(self):
         handlers = {"load": self.load, "reset": self.reset, "step": self.step, "solution": self.solution,
@@ -346,10 +348,15 @@ class Worker:
         restart_cpu_clock(self.config["cpu_seconds"])
         random.seed()
         source = request["source"]
-        try:
-            code = compile(source, SOURCE_NAME, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
-            return failure("invalid", describe(exc))
+        code = self.compiled.get(source)
+        if code is None:
+            try:
+                code = compile(source, SOURCE_NAME, "exec", dont_inherit=True)
+            except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+                return failure("invalid", describe(exc))
+            if len(self.compiled) >= COMPILED_CACHE:
+                self.compiled.pop(next(iter(self.compiled)))
+            self.compiled[source] = code  # code objects are immutable: an environment played again reuses it
         module = types.ModuleType(MODULE_NAME)
         self.episode_builtins = dict(self.pristine_builtins)
         module.__dict__["__builtins__"] = self.episode_builtins
@@ -491,9 +498,9 @@ def main():
         seccomp = install_seccomp() if config["seccomp"] else "not requested"
         worker = Worker(channel, config)
         sys.stdout = sys.stderr = worker.sink
+        worker.snapshot = Snapshot(worker.allowed)
         gc.collect()
         gc.freeze()  # later collections only walk what the episodes allocated
-        worker.snapshot = Snapshot(worker.allowed)
     except BaseException as exc:  # noqa: BLE001 - tell the pool why start-up failed
         channel.send(failure("crashed", describe(exc)))
         return

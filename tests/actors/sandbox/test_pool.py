@@ -2,6 +2,7 @@
 parent. Each test runs its own small pool inside `trio.run`."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,17 +20,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 def env_source(reset_body: str = 'return "start", {}', step_body: str = 'return "ok", 0.0, False, False, {}',
                extra: str = "") -> str:
-    return textwrap.dedent(f"""
-        class ProbeEnv:
-            def __init__(self, max_turns=12, **kwargs):
-                self.max_turns = max_turns
-        {textwrap.indent(textwrap.dedent(extra), "    ")}
-            def reset(self, seed=None):
-                {reset_body}
+    """A one-class environment; the bodies are statements (several lines allowed), `extra` more methods."""
+    def block(body: str, indent: int) -> str:
+        return textwrap.indent(textwrap.dedent(body).strip(), " " * indent)
 
-            def step(self, action):
-                {step_body}
-        """)
+    return (f"class ProbeEnv:\n    def __init__(self, max_turns=12, **kwargs):\n        self.max_turns = max_turns\n\n"
+            f"{block(extra, 4)}\n\n    def reset(self, seed=None):\n{block(reset_body, 8)}\n\n"
+            f"    def step(self, action):\n{block(step_body, 8)}\n")
 
 
 def run(async_fn, **pool_options):
@@ -108,9 +105,26 @@ def test_failures_have_a_kind_and_a_bounded_detail_and_the_pool_keeps_serving(so
     failure, stats = run(body)
     assert failure.kind == kind
     assert len(failure.detail) <= 2000
-    import re
     assert re.search(detail, failure.detail), failure.detail
     assert stats.failures_by_kind == {kind: 1}
+
+
+def test_the_interface_names_are_exported():
+    import actors.sandbox as sandbox
+
+    for name in ("open_sandbox_pool", "SandboxPool", "Episode", "StepResult", "EpisodeFailed", "IsolationLevel",
+                 "validate_environment", "Verdict", "Check", "repair_fstring_braces"):
+        assert name in sandbox.__all__ and hasattr(sandbox, name)
+
+
+def test_an_episode_cannot_be_used_after_it_closes():
+    async def body(pool):
+        async with pool.open_episode(GUESS_SOURCE) as episode:
+            await episode.reset(seed=0)
+        with pytest.raises(trio.ClosedResourceError, match=r"^the episode is closed$"):
+            await episode.step("\\boxed{1}")
+
+    run(body)
 
 
 def test_calls_after_a_failure_fail_too():
@@ -159,8 +173,7 @@ def test_state_does_not_leak_between_episodes():
             LEFT_BEHIND = 1
             __builtins__["len"] = lambda value: 0
     """)
-    probe = env_source("""import math
-                return f"{math.pi:.2f} {len('abc')} {'LEFT_BEHIND' in globals()}", {}""")
+    probe = env_source("""import math\nreturn f"{math.pi:.2f} {len('abc')} {'LEFT_BEHIND' in globals()}", {}""")
 
     async def body(pool):
         async with pool.open_episode(mutate) as episode:
@@ -239,6 +252,8 @@ def test_workers_die_with_the_pool_process():
         from actors.sandbox import open_sandbox_pool
         async def main():
             async with open_sandbox_pool(workers=2) as pool:
+                while any(s.worker is None for s in pool._slots):
+                    await trio.sleep(0.01)
                 print(" ".join(str(s.worker.pid) for s in pool._slots), flush=True)
                 await trio.sleep(60)
         trio.run(main)

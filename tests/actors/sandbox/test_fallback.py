@@ -1,0 +1,122 @@
+"""Weaker isolation levels: forced by the caller, or reached by "auto" when a tool is missing. The level in force
+is reported and warned about, and the basics (time, memory and CPU limits, the import guard, a clean
+environment, replacing a dead worker) still hold at the weakest one, rlimits."""
+
+import os
+import shutil
+
+import pytest
+import trio
+
+from actors.sandbox import EpisodeFailed, IsolationLevel, IsolationWarning, open_sandbox_pool
+from actors.sandbox import isolation as isolation_module
+from tests.actors.sandbox.sandbox_helpers import GUESS_SOURCE, play_guess
+
+LOOP = """
+class LoopEnv:
+    def reset(self, seed=None):
+        while True:
+            pass
+
+    def step(self, action):
+        return "", 0.0, True, False, {}
+"""
+MEMORY = LOOP.replace("while True:\n            pass", "return 'x' * (1 << 31), {}")
+CPU = LOOP.replace("while True:\n            pass", "while True:\n            try:\n                pass\n"
+                                                       "            except BaseException:\n                pass")
+IMPORT_OS = LOOP.replace("while True:\n            pass", "import os\n        return os.getcwd(), {}")
+EXIT = LOOP.replace("while True:\n            pass", "import random\n        random._os._exit(5)")
+ENVIRON = LOOP.replace("while True:\n            pass", "import random\n        return repr(dict(random._os.environ)), {}")
+
+
+async def outcome(pool, source: str) -> str:
+    try:
+        async with pool.open_episode(source) as episode:
+            return (await episode.reset(seed=0))[0]
+    except EpisodeFailed as failure:
+        return f"{failure.kind}: {failure.detail.splitlines()[-1]}"
+
+
+def test_forced_rlimits_still_contains_the_basics(monkeypatch):
+    monkeypatch.setenv("SPADE_FALLBACK_SECRET", "hunter2")
+
+    async def main():
+        async with open_sandbox_pool(workers=1, isolation="rlimits", step_timeout_s=1.0, cpu_seconds=1,
+                                     memory_mb=256) as pool:
+            results = {name: await outcome(pool, source) for name, source in
+                       (("loop", LOOP), ("memory", MEMORY), ("import", IMPORT_OS), ("exit", EXIT),
+                        ("environ", ENVIRON))}
+            assert await play_guess(pool)
+            level, stats = pool.isolation, pool.statistics()
+        # A wall-clock limit far away: the CPU-time limit has to stop this one.
+        async with open_sandbox_pool(workers=1, isolation="rlimits", step_timeout_s=30.0, cpu_seconds=1) as pool:
+            results["cpu"] = await outcome(pool, CPU)
+            assert await play_guess(pool)
+        return level, stats, results
+
+    with pytest.warns(IsolationWarning, match=r"running at rlimits \(requested 'rlimits'\)"):
+        level, stats, results = trio.run(main)
+    assert level == IsolationLevel.RLIMITS == "rlimits"
+    assert not level.has_seccomp and not level.has_namespaces and not level.has_private_filesystem
+    assert stats.isolation == "rlimits"
+    assert results["loop"] == "timeout: the call took longer than 1 s"
+    assert results["memory"] == "limit: MemoryError"
+    assert results["import"] == "error: ImportError: import of 'os' is not allowed in environments"
+    assert results["exit"] == "crashed: the worker exited with status 5"
+    assert "hunter2" not in results["environ"] and "SPADE_FALLBACK_SECRET" not in results["environ"]
+    assert results["cpu"] == "limit: CPU time limit exceeded"
+    assert stats.failures_by_kind == {"timeout": 1, "limit": 1, "error": 1, "crashed": 1}
+
+
+def test_auto_falls_back_when_bubblewrap_is_missing(monkeypatch):
+    real_which = shutil.which
+    monkeypatch.setattr(isolation_module.shutil, "which",
+                        lambda name: None if name in ("bwrap", "unshare") else real_which(name))
+
+    async def main():
+        async with open_sandbox_pool(workers=1) as pool:
+            assert await play_guess(pool)
+            return pool.isolation
+
+    with pytest.warns(IsolationWarning, match=r"bubblewrap: not installed; unshare: not installed"):
+        assert trio.run(main) == "rlimits"
+
+
+def test_an_explicit_level_that_cannot_start_is_an_error(monkeypatch):
+    monkeypatch.setattr(isolation_module.shutil, "which", lambda name: None)
+
+    async def main():
+        async with open_sandbox_pool(workers=1, isolation="bubblewrap"):
+            pass
+
+    from actors.sandbox import SandboxUnavailable
+    with pytest.raises(SandboxUnavailable, match=r"^no sandbox worker could be started \(bubblewrap: not "
+                                                 r"installed\)$"):
+        trio.run(main)
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is not installed")
+def test_unshare_level_when_it_works_here():
+    async def main():
+        async with open_sandbox_pool(workers=1, isolation="unshare") as pool:
+            assert await play_guess(pool)
+            network = await outcome(pool, LOOP.replace(
+                "while True:\n            pass",
+                "import random\n        s = random.__builtins__['__import__']('socket')\n"
+                "        try:\n            s.create_connection(('1.1.1.1', 80), timeout=1)\n"
+                "            return 'connected', {}\n        except OSError as e:\n            return str(e), {}"))
+            return pool.isolation, network
+
+    try:
+        with pytest.warns(IsolationWarning):
+            level, network = trio.run(main)
+    except Exception as error:  # noqa: BLE001 - no user namespaces here: nothing to check
+        pytest.skip(f"unshare does not work on this machine: {error}")
+    assert level.base == "unshare" and level.has_namespaces
+    assert network != "connected"
+
+
+def test_guess_source_is_plain_python():
+    # The fallback tests above rely on this source being importable by any interpreter.
+    compile(GUESS_SOURCE, "<guess>", "exec")
+    assert os.path.exists(isolation_module.find_interpreter())
