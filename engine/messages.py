@@ -18,6 +18,9 @@ from typing import Literal
 import msgspec
 
 Role = Literal["designer", "agent"]
+# The tool-use setting (the designer writes tool specs and user instructions, the agent calls tools, tool
+# results come back as `tool`-role messages) travels on the same messages; only "games" is implemented yet.
+Setting = Literal["games", "tool_use"]
 Arm = Literal["no_hint", "hint", "design"]
 
 
@@ -133,6 +136,7 @@ class DesignTask(_Msg, tag="design_task"):
     negatives: list[str]  # one line each: "too easy (win_rate=0.95): class FooEnv"
     attempt: int
     step: int
+    setting: Setting = "games"
 
 
 class PlayTask(_Msg, tag="play_task"):
@@ -144,6 +148,7 @@ class PlayTask(_Msg, tag="play_task"):
     arm: Arm
     seed: int
     step: int
+    setting: Setting = "games"
 
 
 class PolicyUpdate(_Msg, tag="policy_update"):

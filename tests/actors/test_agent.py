@@ -1,0 +1,76 @@
+"""The agent's episode loop against the real sandbox, with a fake batcher that replies with chosen text."""
+
+from pathlib import Path
+
+import trio
+
+from actors.agent import play_episode
+from actors.inference.base import Generation
+from actors.sandbox import open_sandbox_pool
+from engine.config import PlayConfig
+from engine.messages import PlayTask
+from storage.records import unpack_floats, unpack_ints, unpack_mask
+
+PICK = (Path(__file__).parents[1] / "e2e" / "data" / "pick_env.py").read_text()
+RAISES = PICK.replace('        if guess == str(self.target):', '        if guess == "boom":\n            raise ValueError("kaboom")\n        if guess == str(self.target):')
+
+
+class FakeTokenizer:
+    """Characters as tokens; ChatML-like rendering."""
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+        text = "".join(f"<{m['role']}>{m['content']}</>" for m in messages)
+        return text + ("<assistant>" if add_generation_prompt else "")
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) for c in text]}
+
+    def convert_ids_to_tokens(self, token_id):
+        return chr(token_id)
+
+
+class FakeBatcher:
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.prompts = []
+
+    async def generate(self, request):
+        self.prompts.append(request.prompt_ids)
+        text = self.replies.pop(0)
+        ids = [ord(c) for c in text]
+        return Generation(completion_ids=ids, logprobs=[-0.25] * len(ids), text=text, finish_reason="length", policy_version=7)
+
+
+def _task(code, hint=""):
+    return PlayTask(task_id="t", env_id="e", skill="s", code=code, hint=hint, arm="hint" if hint else "no_hint", seed=1, step=3)
+
+
+def _play(code, replies, hint="", max_turns=3):
+    async def main():
+        async with open_sandbox_pool(workers=1) as pool:
+            batcher = FakeBatcher(replies)
+            result = await play_episode(_task(code, hint), batcher=batcher, pool=pool, tokenizer=FakeTokenizer(), play_config=PlayConfig(max_turns=max_turns), worker_id="w")
+            return result, batcher
+
+    return trio.run(main)
+
+
+def test_episode_records_turns_tokens_and_versions():
+    result, batcher = _play(PICK, ["hmm", "\\boxed{1}", "\\boxed{2}"], hint="one of two")
+    assert "HINT: one of two" in "".join(chr(i) for i in batcher.prompts[0])
+    assert result.turns[0].parse_rule == "raw" and result.turns[1].parse_rule == "boxed_first"
+    assert result.status == "completed" and result.episode_return in (0.0, 1.0)
+    mask = unpack_mask(result.agent.loss_mask)
+    assert mask.sum() == sum(len(r) for r in ["hmm", "\\boxed{1}"])
+    assert set(unpack_ints(result.agent.versions)[mask == 1].tolist()) == {7}
+    assert set(unpack_floats(result.agent.logprobs)[mask == 1].tolist()) == {-0.25}
+
+
+def test_truncated_episode_returns_zero():
+    result, _ = _play(PICK, ["a", "b"], max_turns=2)
+    assert result.status == "truncated" and result.episode_return == 0.0 and len(result.turns) == 2
+
+
+def test_exception_in_step_gives_minus_one():
+    result, _ = _play(RAISES, ["\\boxed{boom}"])
+    assert result.episode_return == -1.0 and "kaboom" in result.failure
