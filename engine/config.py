@@ -94,9 +94,18 @@ class LearnerConfig(_Section):
     learning_rate: float = 1e-5
     weight_decay: float = 0.1
     betas: list[float] = msgspec.field(default_factory=lambda: [0.9, 0.98])
-    clip_low: float = 0.2
+    # The objective (learner/objectives.py): decoupled_ppo (AReaL; default), tis (the SPADE reference), icepop.
+    objective: Literal["decoupled_ppo", "tis", "icepop"] = "decoupled_ppo"
+    clip_low: float = 0.2  # r = pi_theta / pi_prox is clipped to [1 - clip_low, 1 + clip_high]
     clip_high: float = 0.28
-    is_cap: float = 2.0  # truncated importance weight cap on pi_old / mu (the reference's TIS)
+    behaviour_cap: float = 5.0  # decoupled_ppo: tokens with pi_prox / mu above this leave the loss
+    tis_cap: float = 2.0  # tis: the weight is min(pi_prox / mu, tis_cap)
+    icepop_low: float = 0.5  # icepop: weight pi_prox / mu inside [low, high], else the token leaves the loss
+    icepop_high: float = 5.0
+    seq_filter: bool = False  # drop a sequence whose geometric-mean pi_prox / mu leaves [seq_low, seq_high]
+    seq_low: float = 0.99
+    seq_high: float = 1.01
+    kl_coef: float = 0.0  # k3 KL to the frozen initial model (loaded only when > 0)
     max_grad_norm: float = 1.0
     micro_batch_tokens: int = 2048  # samples are packed into micro-batches of at most this many tokens
     designer_weight: float = 1.0  # role weights on the token-mean losses

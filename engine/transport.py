@@ -2,7 +2,8 @@
 
 There is no maintained Trio binding for ZeroMQ, so this module waits on the socket's FD with
 `trio.lowlevel.wait_readable` and does non-blocking sends and receives. ZeroMQ's FD is edge-triggered: it
-signals "events may have changed", so `zmq.EVENTS` is re-checked before every wait. Only one task may receive
+signals "events may have changed", so `zmq.EVENTS` is re-checked before every wait, and since a send on the
+same socket can consume the edge, the wait is also bounded (10 ms). Only one task may receive
 from a socket at a time (trio allows one waiter per FD); sends that hit the high-water mark back off briefly,
 which is the backpressure.
 
@@ -22,6 +23,7 @@ import trio
 import zmq
 
 HIGH_WATER_MARK = 1000
+POLL_INTERVAL_S = 0.01
 
 
 class ProtocolError(Exception):
@@ -41,8 +43,12 @@ class MessageSocket:
         self._receive_lock = trio.Lock()
 
     async def _wait_readable(self) -> None:
+        # A send from another task processes ZeroMQ's pending commands and can swallow the FD's edge while we
+        # wait on it, so the wait is bounded and EVENTS is checked again: the edge is the fast path, the poll the
+        # guarantee.
         while not (self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN):
-            await trio.lowlevel.wait_readable(self._sock.FD)
+            with trio.move_on_after(POLL_INTERVAL_S):
+                await trio.lowlevel.wait_readable(self._sock.FD)
 
     async def _send_frames(self, frames: list[bytes]) -> None:
         delay = 0.0005

@@ -183,26 +183,3 @@ def plain_grpo_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torc
     weights = mask.to(logprobs.dtype)
     surrogate = advantages.detach() * torch.exp(logprobs - logprobs.detach())
     return -(surrogate * weights).sum() / weights.sum().clamp(min=1)
-
-
-def clipped_tis_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    behaviour_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    is_cap: float,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Transitional: the trainer's previous call, kept until it moves to `token_losses` (per-token stats)."""
-    cfg = ObjectiveConfig(name="tis", clip_low=clip_low, clip_high=clip_high, tis_cap=is_cap)
-    loss, _, _ = token_losses(cfg, logprobs, old_logprobs, behaviour_logprobs, advantages, torch.ones_like(logprobs))
-    ratio = torch.exp(logprobs - old_logprobs).detach()
-    k = torch.exp(old_logprobs - behaviour_logprobs).detach()
-    stats = {
-        "clip_fraction": ((ratio - ratio.clamp(1.0 - clip_low, 1.0 + clip_high)).abs() > 1e-9).float(),
-        "is_weight": k.clamp(max=is_cap),
-        "is_truncated": (k > is_cap).float(),
-    }
-    return loss, stats

@@ -54,7 +54,7 @@ def play_main(path: str, seed: int | None, hint: str | None, actions: list[str])
                     pending = iter(actions) if actions else None
                     while True:
                         action = next(pending, None) if pending is not None else \
-                            await trio.to_thread.run_sync(_read_action)
+                            await trio.to_thread.run_sync(_read_action, abandon_on_cancel=True)
                         if action is None:
                             return 0
                         result = await episode.step(action)

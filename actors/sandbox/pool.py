@@ -14,9 +14,6 @@ interpreter's shared state or served `episodes_per_worker` episodes is killed an
 
 import math
 import os
-import signal
-import subprocess
-import time
 import warnings
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -27,42 +24,22 @@ import msgspec
 import trio
 
 from actors.sandbox import protocol
+from actors.sandbox.errors import FAILURE_KINDS, EpisodeFailed, IsolationWarning, SandboxUnavailable
 from actors.sandbox.isolation import (
     ALLOWED_MODULES, REQUESTS, IsolationLevel, candidate_commands, find_interpreter, resolve_level, worker_source,
 )
+from actors.sandbox.process import SPIN_NS, WorkerGone, WorkerProcess
 
 __all__ = [
     "EpisodeFailed", "Episode", "IsolationLevel", "IsolationWarning", "PoolStatistics", "SandboxPool",
     "SandboxUnavailable", "StepResult", "open_sandbox_pool",
 ]
 
-FAILURE_KINDS = ("error", "timeout", "crashed", "limit", "protocol", "invalid")
-DETAIL_CHARS = 2000
 START_TIMEOUT_S = 20.0
 END_TIMEOUT_S = 5.0
 FILE_SIZE_MB = 16
 OPEN_FILES = 64
-SPIN_NS = 40_000  # how long to poll for the reply to a cheap call before sleeping on epoll
 LOAD_SPIN_NS = 150_000  # loading a source the worker has compiled before takes about 60 us
-SPAWN_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
-
-
-class EpisodeFailed(Exception):
-    """The environment misbehaved; `kind` is one of FAILURE_KINDS, `detail` says how (bounded length)."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        assert kind in FAILURE_KINDS, kind
-        self.kind = kind
-        self.detail = detail[-DETAIL_CHARS:]
-        super().__init__(f"{kind}: {self.detail}")
-
-
-class SandboxUnavailable(RuntimeError):
-    """No worker could be started at the requested isolation level (an infrastructure problem)."""
-
-
-class IsolationWarning(UserWarning):
-    """The pool runs with weaker isolation than bubblewrap plus seccomp."""
 
 
 class StepResult(msgspec.Struct, frozen=True):
@@ -93,171 +70,10 @@ class _Config(msgspec.Struct, frozen=True, kw_only=True):
     episodes_per_worker: int
 
 
-class _WorkerGone(Exception):
-    """The worker cannot be trusted any more; carries the EpisodeFailed to raise."""
-
-    def __init__(self, failure: EpisodeFailed) -> None:
-        super().__init__(failure.kind)
-        self.failure = failure
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-class _WorkerProcess:
-    """One worker: its process, the two pipes, and the frame buffer."""
-
-    def __init__(self, command: list[str], max_frame: int, wrapped: bool) -> None:
-        child_stdin, self._stdin_fd = os.pipe2(os.O_CLOEXEC)
-        self._stdout_fd, child_stdout = os.pipe2(os.O_CLOEXEC)
-        self._stderr_fd, child_stderr = os.pipe2(os.O_CLOEXEC)
-        try:
-            # Popen runs here, in the trio thread, and not via trio.open_process: that forks from a cached
-            # helper thread, and PR_SET_PDEATHSIG (bwrap --die-with-parent) fires when that thread exits.
-            self._popen = subprocess.Popen(
-                command, stdin=child_stdin, stdout=child_stdout, stderr=child_stderr, cwd="/",
-                env=SPAWN_ENV, start_new_session=True, close_fds=True,
-            )
-        except BaseException:
-            for fd in (self._stdin_fd, self._stdout_fd, self._stderr_fd):
-                os.close(fd)
-            raise
-        finally:
-            for fd in (child_stdin, child_stdout, child_stderr):
-                os.close(fd)
-        for fd in (self._stdin_fd, self._stdout_fd, self._stderr_fd):
-            os.set_blocking(fd, False)
-        self.pid = self._popen.pid
-        try:
-            self._pidfd: int | None = os.pidfd_open(self.pid)
-        except OSError:  # kernels before 5.3: poll instead
-            self._pidfd = None
-        self._buffer = bytearray()
-        self._max_frame = max_frame
-        self._wrapped = wrapped  # bwrap/unshare report a child's death by signal N as exit status 128 + N
-        self._closed = False
-        self.episodes = 0
-        self.trusted = True
-        self.ending = False  # an End was sent whose reply has not been read yet
-        self.ready: protocol.Ready | None = None
-
-    async def request(self, message: protocol.Request, spin_ns: int = 0) -> protocol.Reply:
-        """One round trip. Raises _WorkerGone if the worker dies or answers garbage."""
-        await trio.lowlevel.checkpoint()
-        await self.send(message)
-        return await self.receive(spin_ns)
-
-    async def send(self, message: protocol.Request) -> None:
-        view = memoryview(protocol.encode_frame(message))
-        while view:  # raw non-blocking fds rather than trio streams: this is the hot path
-            try:
-                view = view[os.write(self._stdin_fd, view):]
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(self._stdin_fd)
-            except OSError:
-                raise _WorkerGone(await self._death()) from None
-
-    async def receive(self, spin_ns: int = 0) -> protocol.Reply:
-        buffer = self._buffer
-        while len(buffer) < 4:
-            await self._fill(spin_ns)
-        size = int.from_bytes(buffer[:4], "big")
-        if size > self._max_frame:
-            self.trusted = False
-            raise _WorkerGone(EpisodeFailed("limit", f"reply of {size} bytes exceeds max_output_bytes"))
-        while len(buffer) < 4 + size:
-            await self._fill(spin_ns)
-        frame = bytes(buffer[4:4 + size])
-        del buffer[:4 + size]
-        try:
-            return protocol.reply_decoder.decode(frame)
-        except msgspec.DecodeError as exc:
-            self.trusted = False
-            raise _WorkerGone(EpisodeFailed("protocol", f"undecodable reply from the worker: {exc}")) from exc
-
-    async def _fill(self, spin_ns: int) -> None:
-        # Replies to cheap calls (a step) arrive within tens of microseconds: polling briefly first saves the
-        # epoll registration and wake-up, which cost more than the call itself in a small VM.
-        spin_until = time.perf_counter_ns() + spin_ns if spin_ns else 0
-        while True:
-            try:
-                data = os.read(self._stdout_fd, 1 << 16)
-                break
-            except BlockingIOError:
-                if time.perf_counter_ns() < spin_until:
-                    continue
-                await trio.lowlevel.wait_readable(self._stdout_fd)
-        if not data:
-            raise _WorkerGone(await self._death())
-        self._buffer += data
-
-    async def _death(self) -> EpisodeFailed:
-        """Why the worker went away (it closed its pipe, so it is exiting or gone)."""
-        self.trusted = False
-        with trio.move_on_after(1.0):
-            await self.wait()
-        code = self._popen.returncode
-        if code is None:
-            self.kill()
-            return EpisodeFailed("crashed", "the worker closed its pipe")
-        number = -code if code < 0 else (code - 128 if self._wrapped and code > 128 else 0)
-        tail = self.stderr_tail()
-        if number == signal.SIGXCPU:
-            return EpisodeFailed("limit", "CPU time limit exceeded")
-        if number:
-            return EpisodeFailed("crashed", f"the worker was killed by {_signal_name(number)}{tail}")
-        return EpisodeFailed("crashed", f"the worker exited with status {code}{tail}")
-
-    def stderr_tail(self) -> str:
-        try:
-            text = os.read(self._stderr_fd, 4096).decode("utf-8", "replace").strip()
-        except OSError:
-            return ""
-        return f" ({text[-500:]})" if text else ""
-
-    def kill(self) -> None:
-        self.trusted = False
-        if self._popen.returncode is not None:
-            return
-        try:
-            os.killpg(self.pid, signal.SIGKILL)  # the whole session: whatever the worker started goes too
-        except ProcessLookupError:
-            pass
-
-    async def wait(self) -> int:
-        if self._pidfd is not None:
-            if self._popen.returncode is None:
-                await trio.lowlevel.wait_readable(self._pidfd)
-            return self._popen.wait()
-        while self._popen.poll() is None:
-            await trio.sleep(0.01)
-        return self._popen.returncode
-
-    async def aclose(self) -> None:
-        """Kill and reap; never raises for a worker that already died."""
-        self.kill()
-        with trio.CancelScope(shield=True):
-            await self.wait()
-            if not self._closed:
-                self._closed = True
-                for fd in (self._stdin_fd, self._stdout_fd):
-                    trio.lowlevel.notify_closing(fd)
-                    os.close(fd)
-                os.close(self._stderr_fd)
-            if self._pidfd is not None:
-                trio.lowlevel.notify_closing(self._pidfd)
-                os.close(self._pidfd)
-                self._pidfd = None
-
-
 class Episode:
     """One environment instance in one worker; obtained from `SandboxPool.open_episode`."""
 
-    def __init__(self, pool: "SandboxPool", worker: _WorkerProcess, max_turns: int | None) -> None:
+    def __init__(self, pool: "SandboxPool", worker: WorkerProcess, max_turns: int | None) -> None:
         self._pool = pool
         self._worker = worker
         self._max_turns = max_turns
@@ -279,19 +95,27 @@ class Episode:
         if self._failure is not None:
             raise EpisodeFailed(self._failure.kind, f"the episode already failed: {self._failure.detail}")
         worker = self._worker
-        now = trio.current_time()
-        episode_left = self._deadline - now
-        limit = min(self._pool.config.step_timeout_s, episode_left)
+        config = self._pool.config
+        await trio.lowlevel.checkpoint()
+        episode_left = self._deadline - trio.current_time()
+        if episode_left <= 0:
+            raise self._fail(EpisodeFailed("timeout", f"the episode took longer than "
+                                                      f"{config.episode_timeout_s:.3g} s"))
+        limit = min(config.step_timeout_s, episode_left)
         worker.trusted = False  # until a whole reply is back: a cancellation in between leaves it unusable
         try:
-            with trio.move_on_after(max(limit, 0.0)) as scope:
-                reply = await (worker.receive(spin_ns) if sent else worker.request(message, spin_ns))
-            if scope.cancelled_caught:
-                if episode_left <= self._pool.config.step_timeout_s:
-                    raise EpisodeFailed("timeout", f"the episode took longer than "
-                                                   f"{self._pool.config.episode_timeout_s:.3g} s")
-                raise EpisodeFailed("timeout", f"the call took longer than {limit:.3g} s")
-        except _WorkerGone as gone:
+            if not sent:
+                worker.start_request(message)
+            reply = worker.reply_nowait(spin_ns)
+            if reply is None:
+                with trio.move_on_after(limit) as scope:
+                    reply = await worker.finish_request()
+                if scope.cancelled_caught:
+                    if episode_left <= config.step_timeout_s:
+                        raise EpisodeFailed("timeout", f"the episode took longer than "
+                                                       f"{config.episode_timeout_s:.3g} s")
+                    raise EpisodeFailed("timeout", f"the call took longer than {limit:.3g} s")
+        except WorkerGone as gone:
             raise self._fail(gone.failure) from None
         except EpisodeFailed as failure:
             raise self._fail(failure) from None
@@ -340,7 +164,7 @@ class _Slot:
     """A place for one worker; the idle channel holds the slots free for an episode."""
 
     def __init__(self) -> None:
-        self.worker: _WorkerProcess | None = None
+        self.worker: WorkerProcess | None = None
 
 
 class SandboxPool:
@@ -384,15 +208,15 @@ class SandboxPool:
         }
         return ["-c", worker_source(), msgspec.json.encode(config).decode()]
 
-    async def _spawn(self, command: list[str], wrapped: bool) -> _WorkerProcess:
-        worker = _WorkerProcess(command, self.config.max_output_bytes + 4096, wrapped)
+    async def _spawn(self, command: list[str], wrapped: bool) -> WorkerProcess:
+        worker = WorkerProcess(command, self.config.max_output_bytes + 4096, wrapped)
         try:
             with trio.fail_after(START_TIMEOUT_S):
                 ready = await worker.receive()
             if not isinstance(ready, protocol.Ready):
                 detail = ready.detail if isinstance(ready, protocol.Failed) else type(ready).__name__
                 raise SandboxUnavailable(f"the worker did not start: {detail}")
-        except _WorkerGone as gone:
+        except WorkerGone as gone:
             await worker.aclose()
             raise SandboxUnavailable(f"the worker did not start: {gone.failure.detail}") from None
         except BaseException:
@@ -421,18 +245,22 @@ class SandboxPool:
                                                   if base != "rlimits" and not worker.ready.seccomp else []))
                     warnings.warn(IsolationWarning(
                         f"SANDBOX ISOLATION IS WEAKER THAN bubblewrap+seccomp: running at {self._level!s} "
-                        f"(requested {self._requested!r}). {reasons or 'forced by the caller.'}"), stacklevel=4)
+                        f"(requested {self._requested!r}). {reasons or 'forced by the caller.'}"), stacklevel=5)
                 return
             if not candidate_commands(base, python, []):
                 errors.append(f"{base}: not installed")
         raise SandboxUnavailable(f"no sandbox worker could be started ({'; '.join(errors)})")
 
-    async def _start_worker(self) -> _WorkerProcess:
+    async def _start_worker(self) -> WorkerProcess:
         return await self._spawn(self._command, self._wrapped)
 
     async def _refill(self, slot: _Slot) -> None:
         try:
-            slot.worker = await self._start_worker()
+            worker = await self._start_worker()
+            if self._closed:  # the pool closed while this one started
+                await worker.aclose()
+                return
+            slot.worker = worker
         except (SandboxUnavailable, OSError, trio.TooSlowError):
             slot.worker = None  # the next episode on this slot retries and reports the error
         finally:
@@ -485,7 +313,7 @@ class SandboxPool:
             with trio.CancelScope(shield=True):
                 await self._release(slot, episode, wait_for_cleanup)
 
-    async def _ready_worker(self, slot: _Slot, fresh: bool) -> _WorkerProcess:
+    async def _ready_worker(self, slot: _Slot, fresh: bool) -> WorkerProcess:
         """The slot's worker (maybe still cleaning up behind its last episode), or a new one."""
         worker = slot.worker
         if worker is not None and (fresh and worker.episodes or not worker.trusted):
@@ -494,16 +322,16 @@ class SandboxPool:
             slot.worker = await self._start_worker()
         return slot.worker
 
-    async def _send_load_behind_end(self, worker: _WorkerProcess, source: str) -> str:
+    async def _send_load_behind_end(self, worker: WorkerProcess, source: str) -> str:
         """Send the Load, then read the End reply; what the last episode left behind, "" if nothing."""
         worker.trusted = False  # a cancellation in the middle of the frame leaves the pipe unusable
         try:
             await worker.send(protocol.Load(source=source))
-        except _WorkerGone as gone:
+        except WorkerGone as gone:
             return f"the worker died after the episode: {gone.failure.detail}"
         return await self._wait_for_cleanup(worker)
 
-    async def _wait_for_cleanup(self, worker: _WorkerProcess) -> str:
+    async def _wait_for_cleanup(self, worker: WorkerProcess) -> str:
         """Read the End reply; what the last episode left behind ("" if nothing: the worker may serve again)."""
         worker.ending = False
         worker.trusted = False  # until the reply is in: a cancellation meanwhile leaves it unusable
@@ -514,7 +342,7 @@ class SandboxPool:
                 worker.trusted = not problem
                 return problem
             return "the clean-up timed out"
-        except _WorkerGone as gone:
+        except WorkerGone as gone:
             return f"the clean-up failed: {gone.failure.detail}"
 
     async def _retire(self, slot: _Slot) -> None:
@@ -535,7 +363,7 @@ class SandboxPool:
             try:
                 await worker.send(protocol.End())
                 worker.ending = True
-            except _WorkerGone:
+            except WorkerGone:
                 worker.trusted = False
         if worker is not None and worker.ending and wait:
             problem = await self._wait_for_cleanup(worker)

@@ -24,25 +24,30 @@ from actors.sandbox.static_checks import run_static_checks
 MAX_OBSERVATION_CHARS = 8000
 REWARD_RANGE = (-1.0, 1.0)
 MALFORMED_ACTIONS = ("", "hello", "\\boxed{", "\\boxed{}", "\\boxed{\\boxed{1}}", "}{" * 50, "x" * 5000,
-                     "\u202e\u0000\U0001f600 ðŸ˜€")
+                     "\u202e\u0000\U0001f600 \u00f0\u0178\u02dc\u20ac")  # control characters, mojibake
 FUZZ_WORDS = ("yes", "no", "up", "down", "left", "right", "A", "B", "C", "D", "red", "blue", "0", "-1", "1 2",
               "1,2", "3 4", "a1", "pass", "help", "abc", "1/2", "0.5", "10", "100", "north", "done")
 SCRIPTED_ACTIONS = tuple(f"\\boxed{{{n}}}" for n in (1, 2, 3, 0, 4, 5, 6, 7, 8, 9))
 DYNAMIC_CHECKS = (
-    "loads", "return_types", "no_exceptions", "within_limits", "clean_exit", "rewards_finite_in_range", "ends_within_max_turns",
-    "deterministic", "seeds_differ", "observation_size", "malformed_action", "hint_not_leaked", "solution_wins",
+    "loads", "return_types", "no_exceptions", "within_limits", "clean_exit", "rewards_finite_in_range",
+    "ends_within_max_turns", "deterministic", "seeds_differ", "observation_size", "malformed_action",
+    "hint_not_leaked", "solution_wins",
 )
 STATIC_CHECKS = ("parses", "single_env_class", "init_signature", "reset_signature", "step_signature",
                  "allowed_imports", "no_dunder_tricks")
 
 
 class Check(msgspec.Struct, frozen=True):
+    """One check of a verdict; `detail` says what was found (or why the check did not run)."""
+
     name: str
     passed: bool
     detail: str
 
 
 class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    """`reason` is "" when valid, else "<check>: <detail>" of the first failed check; `source` is after repair."""
+
     valid: bool
     reason: str
     checks: list[Check]
@@ -114,7 +119,7 @@ class _Play:
             self.trajectory.append(await self._step(action, "malformed_action"))
         self.first_observation = await self._reset()
         self.trajectory.append(self.first_observation)
-        for turn, action in enumerate(fuzz_actions(self.seed, self.max_turns), start=1):
+        for action in fuzz_actions(self.seed, self.max_turns):
             step = await self._step(action, "no_exceptions")
             self.trajectory.append(step)
             if step[2] or step[3]:
@@ -249,6 +254,8 @@ async def validate_environment(pool: SandboxPool, source: str, *, hint: str | No
                                seeds: tuple[int, ...] = (0, 1, 2)) -> Verdict:
     """Check a design statically, then by playing it in `pool`. Never raises for a bad design."""
     seeds = tuple(seeds)
+    if not seeds:
+        raise ValueError("validate_environment needs at least one seed")
     hint = hint.strip() if hint and hint.strip() else None
     repaired = repair_fstring_braces(source)
     checks, class_name = _static(repaired)

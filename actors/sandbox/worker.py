@@ -223,19 +223,21 @@ class Sink:
 class Snapshot:
     """What an episode must leave as it found it, compared by identity (an object's __eq__ is never run).
 
-    After every episode: builtins, the allow-listed modules (and their submodules) and the classes defined in
-    them, which is all an environment reaches without an introspection escape. Every FULL_CHECK_EVERY
-    episodes: every module and class of the interpreter, for what escapes the static checks let through.
+    After every episode: builtins, this worker's own module, the allow-listed modules (and their submodules)
+    and the classes defined in them, which is all an environment reaches without an introspection escape.
+    Every FULL_CHECK_EVERY episodes: every module and class of the interpreter, for what escapes the static
+    checks let through.
     """
 
     FULL_CHECK_EVERY = 25
 
-    def __init__(self, allowed):
-        self.allowed_dicts, self.all_dicts = [builtins.__dict__], [builtins.__dict__]
+    def __init__(self, allowed, *own):
+        self.allowed_dicts, self.all_dicts = [builtins.__dict__, *own], [builtins.__dict__, *own]
         for module in list(sys.modules.values()):
-            if module is None or module.__name__ == "__main__":
+            if module is None:
                 continue
-            mine = module.__name__.partition(".")[0] in allowed
+            # The worker's own module and classes count too: patching them would subvert the next episodes.
+            mine = module.__name__ == "__main__" or module.__name__.partition(".")[0] in allowed
             dicts = [module.__dict__] + [v.__dict__ for v in list(module.__dict__.values())
                                          if isinstance(v, type) and not v.__flags__ & (1 << 9)]  # mutable class
             self.all_dicts += dicts
@@ -244,7 +246,6 @@ class Snapshot:
         self.allowed_values = [list(d.values()) for d in self.allowed_dicts]  # also keeps them alive
         self.all_values = [list(d.values()) for d in self.all_dicts]
         self.episodes = 0
-        self.module_names = set(sys.modules)
         self.signals = {s: signal.getsignal(s) for s in WATCHED_SIGNALS}
         self.fds = self.open_fds()
         self.recursion_limit = sys.getrecursionlimit()
@@ -267,7 +268,7 @@ class Snapshot:
         if _thread._count() or len(sys._current_frames()) > 1:
             return "a thread is still running"
         if not self._unchanged(self.allowed_dicts, self.allowed_values):
-            return "builtins or an allowed module were modified"
+            return "builtins, an allowed module or the worker itself was modified"
         if self.episodes % self.FULL_CHECK_EVERY == 0 and not self._unchanged(self.all_dicts, self.all_values):
             return "a module or class was modified"
         if any(signal.getsignal(s) is not handler for s, handler in self.signals.items()):
@@ -498,7 +499,7 @@ def main():
         seccomp = install_seccomp() if config["seccomp"] else "not requested"
         worker = Worker(channel, config)
         sys.stdout = sys.stderr = worker.sink
-        worker.snapshot = Snapshot(worker.allowed)
+        worker.snapshot = Snapshot(worker.allowed, worker.pristine_builtins)
         gc.collect()
         gc.freeze()  # later collections only walk what the episodes allocated
     except BaseException as exc:  # noqa: BLE001 - tell the pool why start-up failed

@@ -3,14 +3,14 @@
     .venv/bin/python bin/benchmarks/sandbox.py        (or bin/bench sandbox)
 
 A 10-step episode of a small text game, played (a) by calling the environment in-process (no isolation: the
-limit), (b) through the warm sandbox pool (a fresh namespace in a long-lived sandboxed worker; the default
-pool of 2 workers and one caller playing episodes back to back, so that a worker's clean-up behind one episode
-overlaps the next episode on the other worker), and (c) in a
-fresh interpreter started for the episode (`python3 -I -S`, no sandbox at all, so the cheapest way to get a
-separate process; a fresh sandboxed worker per episode is shown too). Prints steps/s, the time of an episode
-and its overhead beyond the steps, the pool's step round trip, and ends with one JSON line whose `ratio` is
-(c) per-episode time / (b) per-episode time (target 20).
-Targets: (b) overhead under 2 ms an episode and a round trip under 100 us.
+limit), (b) through the warm sandbox pool (a fresh namespace in a long-lived sandboxed worker; the default pool
+of 2 workers with one caller playing episodes back to back, so that a worker's clean-up behind one episode
+overlaps the next episode on the other worker), and (c) in a fresh interpreter started for the episode
+(`python3 -I -S`, no sandbox at all: the cheapest separate process; a fresh sandboxed worker per episode is
+shown too). (b) and (c) are measured in alternating rounds so that both see the same load on a shared machine;
+the load average is printed with the figures. Prints steps/s, the time of an episode and its overhead beyond
+the steps, the pool's step round trip, and ends with one JSON line whose `ratio` is (c) per-episode time /
+(b) per-episode time (target 20). Targets: (b) overhead under 2 ms an episode, a round trip under 100 us.
 """
 
 import json
@@ -182,14 +182,17 @@ async def pool_against_fresh() -> dict[str, float | str]:
 
 def main() -> int:
     warnings.simplefilter("default")
+    load_before = os.getloadavg()[0]
     a = in_process()
     b = trio.run(pool_against_fresh)
     b["episode_s"] = b["pool_episode_s"]
     c = {"episode_s": b["fresh_episode_s"], "step_s": a["step_s"]}  # there a step is an in-process call
     rows = {"in_process": a, "pool": b, "fresh": c}
-    figures: dict[str, float | str | bool] = {"isolation": b["isolation"], "steps_per_episode": STEPS}
+    load = max(load_before, os.getloadavg()[0])
+    figures: dict[str, float | str | bool] = {"isolation": b["isolation"], "steps_per_episode": STEPS,
+                                              "load_average": round(load, 2), "cpus": os.cpu_count() or 1}
     print(f"sandbox benchmark: {STEPS}-step episodes, pool isolation {b['isolation']}, "
-          f"interpreter {find_interpreter()}")
+          f"interpreter {find_interpreter()}, load average {load:.2f} on {os.cpu_count()} CPUs")
     print(f"{'':24}{'steps/s':>12}{'episode ms':>14}{'overhead ms':>14}")
     labels = {"in_process": "(a) in-process", "pool": "(b) warm sandbox pool", "fresh": "(c) fresh interpreter"}
     for name, row in rows.items():

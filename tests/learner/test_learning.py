@@ -4,7 +4,7 @@ The toy environment: prompt "Say yes:", sample 2 tokens at temperature 1, reward
 fixed target set. The random tiny model is close to uniform over its 4096 tokens (the likeliest has p ~ 6e-4), so
 no single token starts with a 1-10% chance; the target is a seeded random set of 160 ids whose initial
 probability mass is ~0.04 (asserted in [0.01, 0.2]). The success rate is that mass under the current policy: the
-expected reward, exact rather than sampled. Groups of 16 samples get z-scored advantages; one AdamW step per
+expected reward, exact rather than sampled. Two groups of 16 samples per update get z-scored advantages; one AdamW step per
 batch. Stale mode samples with the weights from 2 updates ago (recording their log-probs as mu) and recomputes
 pi_prox with the current weights before the update, as the engine's learner does.
 
@@ -23,7 +23,7 @@ from learner.objectives import ObjectiveConfig, aggregate, token_losses
 
 PROMPT = "Say yes:"
 NEW_TOKENS = 2
-GROUPS, GROUP_SIZE = 4, 16
+GROUPS, GROUP_SIZE = 2, 16
 TARGETS = 160
 LEARNING_RATE = 5e-3
 BUDGET = 40  # updates

@@ -42,7 +42,7 @@ def test_trainer_sees_zero_mismatch_on_its_own_samples(tiny_model_path):
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     metrics = trainer.update([sample])
     assert metrics["mismatch_k3"] < 1e-6
-    assert metrics["is_weight"] == np.float32(metrics["is_weight"]) and abs(metrics["is_weight"] - 1.0) < 1e-4
+    assert abs(metrics["behaviour_weight_mean"] - 1.0) < 1e-4
     assert metrics["optimizer_step"] == 1.0
     changed = any(not torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
     assert changed

@@ -98,8 +98,8 @@ def test_icepop_zeroes_tokens_outside_its_band():
 def test_sequence_filter_rejects_a_whole_sequence_outside_the_band():
     # Row 0: log k = [0.004, -0.002, 0.001] -> geometric mean e^0.001 inside [0.99, 1.01]: kept.
     # Row 1: log k = [0.03, 0.0, 0.0]       -> e^0.01 = 1.01005 > 1.01: the whole row leaves M.
-    # Row 2: log k = [-0.02, 0.0, 0.0]      -> e^-0.00667 = 0.99336 inside: kept (token-level k is far from 1
-    #        for none of these, so only the filter can drop anything).
+    # Row 2: log k = [-0.02, 0.0, 0.0]      -> e^-0.00667 = 0.99336 inside: kept.
+    # Every token-level k is within 3% of 1, so only the filter can drop anything.
     prox = [[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]]
     mu = [[-1.004, -0.998, -1.001], [-1.03, -1.0, -1.0], [-0.98, -1.0, -1.0]]
     logp = [[-0.9, -1.1, -1.0], [-0.9, -1.0, -1.0], [-1.0, -1.0, -1.2]]

@@ -26,7 +26,8 @@ CPU = LOOP.replace("while True:\n            pass", "while True:\n            tr
                                                        "            except BaseException:\n                pass")
 IMPORT_OS = LOOP.replace("while True:\n            pass", "import os\n        return os.getcwd(), {}")
 EXIT = LOOP.replace("while True:\n            pass", "import random\n        random._os._exit(5)")
-ENVIRON = LOOP.replace("while True:\n            pass", "import random\n        return repr(dict(random._os.environ)), {}")
+ENVIRON = LOOP.replace("while True:\n            pass",
+                       "import random\n        return repr(dict(random._os.environ)), {}")
 
 
 async def outcome(pool, source: str) -> str:
@@ -80,6 +81,23 @@ def test_auto_falls_back_when_bubblewrap_is_missing(monkeypatch):
 
     with pytest.warns(IsolationWarning, match=r"bubblewrap: not installed; unshare: not installed"):
         assert trio.run(main) == "rlimits"
+
+
+def test_auto_falls_back_step_by_step_when_bubblewrap_cannot_start(monkeypatch):
+    # As where user namespaces are disabled: bwrap is there but exits at once.
+    real_which = shutil.which
+    monkeypatch.setattr(isolation_module.shutil, "which",
+                        lambda name: "/bin/false" if name == "bwrap" else real_which(name))
+
+    async def main():
+        async with open_sandbox_pool(workers=1) as pool:
+            assert await play_guess(pool)
+            return pool.isolation
+
+    with pytest.warns(IsolationWarning, match=r"bubblewrap: the worker did not start: the worker exited with "
+                                              r"status 1"):
+        level = trio.run(main)
+    assert level.base in ("unshare", "rlimits") and not level.has_private_filesystem
 
 
 def test_an_explicit_level_that_cannot_start_is_an_error(monkeypatch):

@@ -110,6 +110,7 @@ def test_hostile_environment_is_contained(path, hostile_pool, places):
     for marker in LEAK_MARKERS:
         assert marker not in text, f"leaked {marker!r}"
     assert list(places["OUTSIDE_DIR"].iterdir()) == []
+    assert [p.name for p in places["RUN_DIR"].iterdir()] == ["secret.txt"]
     assert not (REPO_DIR / "pwned-by-sandbox.txt").exists()
     assert not Path("/tmp/pwned-by-sandbox.txt").exists()
     assert hostile_pool.run(still_serving, pool) == (CANARY_OBSERVATION, True)

@@ -246,6 +246,24 @@ def test_bad_pool_arguments_are_refused():
         trio.run(body)
 
 
+def test_closing_the_pool_leaves_no_process_behind():
+    pids = []
+
+    async def body(pool):
+        for _ in range(3):
+            with pytest.raises(EpisodeFailed):
+                async with pool.open_episode(env_source(step_body="while True: pass")) as episode:
+                    pids.append(episode._worker.pid)
+                    await episode.reset(seed=0)
+                    await episode.step("x")
+        await trio.sleep(0.2)  # let the background refills start their workers
+        pids.extend(slot.worker.pid for slot in pool._slots if slot.worker is not None)
+
+    run(body, workers=2, step_timeout_s=0.3)
+    assert len(set(pids)) >= 4
+    assert not any(_alive(pid) for pid in pids)
+
+
 def test_workers_die_with_the_pool_process():
     script = textwrap.dedent("""
         import sys, trio

@@ -1,4 +1,4 @@
-# hostile: the target depends on hash() of a string, randomised per process
+# hostile: the game depends on hash() of a string, which is randomised per process
 # outcome: completes
 # rejected-by: deterministic
 class HashEnv:
@@ -6,9 +6,10 @@ class HashEnv:
         self.max_turns = max_turns
 
     def reset(self, seed=None):
-        self.target = hash(f"target-{seed}") % 10
+        self.code = hash(f"game-{seed}") % 100000
+        self.target = self.code % 10
         self.turn = 0
-        return "Guess a digit.", {}
+        return f"Game {self.code}: guess a digit.", {}
 
     def step(self, action):
         self.turn += 1

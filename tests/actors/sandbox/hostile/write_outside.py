@@ -1,4 +1,4 @@
-# hostile: writes files outside the sandbox (a known host folder, the repository, /tmp)
+# hostile: writes files outside the sandbox (a known host folder, the repository, the run directory, /tmp)
 # needs: filesystem
 # outcome: any
 # rejected-by: no_dunder_tricks
@@ -12,7 +12,9 @@ class WriteOutsideEnv:
     def reset(self, seed=None):
         os = random._os
         done = []
-        for path in ("@@OUTSIDE_DIR@@/pwned.txt", "@@REPO_DIR@@/pwned-by-sandbox.txt", "/tmp/pwned-by-sandbox.txt"):
+        run_dir = os.environ.get("SPADE_RUN_DIR", "@@RUN_DIR@@")
+        for path in ("@@OUTSIDE_DIR@@/pwned.txt", "@@REPO_DIR@@/pwned-by-sandbox.txt", "/tmp/pwned-by-sandbox.txt",
+                     run_dir + "/pwned.txt"):
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
                 os.write(fd, b"pwned")
