@@ -64,7 +64,7 @@ async def run_worker(run_dir: Path, worker_id: str, address: str | None) -> None
             episodes_per_worker=sandbox.episodes_per_worker,
             isolation=sandbox.isolation,
         ) as pool,
-        open_socket(zmq.DEALER, address or paths.worker_address, bind=False, decode=EngineToWorker, identity=worker_id.encode()) as sock,
+        open_socket(zmq.DEALER, address or _connect_address(config.worker.address) or paths.worker_address, bind=False, decode=EngineToWorker, identity=worker_id.encode()) as sock,
         trio.open_nursery() as nursery,
     ):
         batcher = Batcher(backend, max_batch=config.inference.max_batch, wait_s=config.inference.batch_wait_s)
@@ -127,6 +127,11 @@ async def run_worker(run_dir: Path, worker_id: str, address: str | None) -> None
                     await sock.send(WorkerBye(worker_id=worker_id))
                     nursery.cancel_scope.cancel()
                     return
+
+
+def _connect_address(bound: str) -> str:
+    """The address to connect to for a bind address (a wildcard host becomes this host)."""
+    return bound.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
 
 
 async def cancel_on_signal(scope: trio.CancelScope) -> None:

@@ -55,9 +55,9 @@ class CurriculumConfig(_Section):
     corpus: str = ""  # JSONL (`text` or `orig_doc`) or a folder of .txt files; empty: the shipped corpus
     max_passage_words: int = 220  # passages are cut to this many words in the designer prompt
     memory_capacity: int = 200
-    memory_positives: int = 2
+    memory_positives: int = 1  # positive examples shown to the designer (the reference: 2; prompt length is CPU time)
     memory_negatives: int = 1
-    example_code_chars: int = 2000  # characters of each memory example's code shown to the designer
+    example_code_chars: int = 1500  # characters of each memory example's code shown to the designer (reference: 2000)
     reuse_valid_envs: bool = True  # a slot whose designs all fail plays an earlier valid environment of its skill
 
 
@@ -117,7 +117,7 @@ class LearnerConfig(_Section):
 class SandboxConfig(_Section):
     workers: int = 16  # sandbox processes; an episode holds one while it waits for the model, so this bounds episodes in flight
     step_timeout_s: float = 10.0
-    episode_timeout_s: float = 120.0
+    episode_timeout_s: float = 900.0  # wall clock from open to close, including the time waiting for the model
     memory_mb: int = 1024
     cpu_seconds: int = 60
     max_output_bytes: int = 65536
@@ -136,6 +136,7 @@ class InferenceConfig(_Section):
 
 class WorkerConfig(_Section):
     count: int = 1  # rollout workers started by `up`
+    address: str = ""  # the engine's worker socket; empty: ipc:// in /tmp; "tcp://0.0.0.0:5555" for other hosts
     heartbeat_s: float = 2.0
     dead_after_s: float = 60.0  # a worker silent this long is dropped and its tasks requeued
 
@@ -157,7 +158,10 @@ PRESETS: dict[str, dict] = {
     "default": {},
     "paper": {
         "run": {"steps": 400, "max_staleness": 4},
-        "curriculum": {"envs_per_step": 24, "refresh_interval": 4, "design_attempts": 5, "max_passage_words": 6000},
+        "curriculum": {
+            "envs_per_step": 24, "refresh_interval": 4, "design_attempts": 5, "max_passage_words": 6000,
+            "memory_positives": 2, "example_code_chars": 2000,
+        },
         "play": {
             "plays_per_env": 8,
             "hint_plays_per_env": 16,
@@ -168,7 +172,8 @@ PRESETS: dict[str, dict] = {
             "max_context_tokens": 32768,
         },
         "learner": {"learning_rate": 1e-6},
-        "inference": {"max_batch": 256},
+        "inference": {"max_batch": 256, "concurrency": 256},
+        "sandbox": {"workers": 256, "step_timeout_s": 30.0},
     },
 }
 

@@ -539,7 +539,7 @@ class Engine:
     async def run(self) -> None:
         paths = self.paths
         async with (
-            open_socket(zmq.ROUTER, paths.worker_address, bind=True, decode=WorkerToEngine) as worker_sock,
+            open_socket(zmq.ROUTER, self.config.worker.address or paths.worker_address, bind=True, decode=WorkerToEngine) as worker_sock,
             open_socket(zmq.ROUTER, paths.learner_address, bind=True, decode=LearnerToEngine) as learner_sock,
             trio.open_nursery() as nursery,
         ):

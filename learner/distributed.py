@@ -1,0 +1,185 @@
+"""The learner on N processes of one node: the command that starts it, the process group, FSDP2, collectives.
+
+    argv = learner_command(sys.executable, run_dir, world_size)   # what the engine starts (imports no torch)
+    dist = init_distributed("auto")      # under torchrun: joins the group (nccl on cuda, gloo on cpu); alone: rank 0 of 1
+    model = shard_model(model, dist)     # FSDP2: each decoder layer, then the root; a no-op for one process
+    message = dist.broadcast(message)    # rank 0's object on every rank
+    shares = split_by_tokens(lengths, dist.world_size)   # the same deterministic split on every rank
+
+With `learner.world_size = N > 1` the engine runs `python -m torch.distributed.run --standalone --nproc-per-node N
+-m learner.train ...`. The same code runs as N CPU processes over gloo, which is how the tests check it.
+
+Gradients are SUM-reduced (FSDP's divide factor set to 1): the trainer divides each role's loss by the role's token
+count in the whole batch, so the sum over ranks is exactly the single-process gradient. Every FSDP forward and
+backward is a collective, so every rank must run the same number of them; `split_by_tokens` is computed by every
+rank for every rank, and a rank with fewer micro-batches runs empty ones (see learner/trainer.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+
+def learner_command(python: str, run_dir: str | Path, world_size: int) -> list[str]:
+    """The learner process's argv: plain `python -m learner.train` for one process, torchrun for more."""
+    if world_size < 1:
+        raise ValueError(f"learner.world_size must be at least 1 (got {world_size})")
+    train = ["-m", "learner.train", "--run-dir", str(run_dir)]
+    if world_size == 1:
+        return [python, *train]
+    return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", str(world_size), *train]
+
+
+def resolve_device(name: str) -> str:
+    """"auto" is cuda when a GPU is visible, else cpu."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name not in ("cuda", "cpu"):
+        raise ValueError(f"learner.device must be auto, cuda or cpu (got {name!r})")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("learner.device is cuda but no GPU is visible: set learner.device = 'auto' or 'cpu'")
+    return name
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """This process's place in the learner group; `world_size == 1` means no process group at all."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device_type: str = "cpu"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def device(self):
+        import torch
+
+        return torch.device(self.device_type, self.local_rank) if self.device_type == "cuda" else torch.device("cpu")
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.device_type == "cuda" else "gloo"
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's `obj` (pickled), returned on every rank."""
+        if self.world_size == 1:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj if self.is_main else None]
+        dist.broadcast_object_list(box, src=0, device=self._object_device())
+        return box[0]
+
+    def all_gather_objects(self, obj: Any) -> list[Any]:
+        if self.world_size == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def all_reduce_(self, tensor, op: str = "sum"):
+        """In-place SUM or MAX over ranks; the tensor may live anywhere (it travels through the group's device)."""
+        if self.world_size == 1:
+            return tensor
+        import torch.distributed as dist
+
+        moved = tensor.to(self._object_device())
+        dist.all_reduce(moved, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+        tensor.copy_(moved)
+        return tensor
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def close(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    def _object_device(self):
+        return self.device if self.backend == "nccl" else None
+
+
+def init_distributed(device: str = "auto", *, timeout_s: float = 1800.0) -> Distributed:
+    """Join the process group that torchrun describes in the environment (RANK, WORLD_SIZE, LOCAL_RANK).
+
+    Started without torchrun (no WORLD_SIZE), this is rank 0 of 1 and creates no process group. `timeout_s`
+    bounds every collective: a peer that stops answering fails the learner instead of hanging it.
+    """
+    import torch
+
+    device_type = resolve_device(device)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    info = Distributed(rank=rank, world_size=world_size, local_rank=local_rank, device_type=device_type)
+    if device_type == "cuda":
+        torch.cuda.set_device(info.device)
+    if world_size > 1:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group(
+                backend=info.backend,
+                timeout=timedelta(seconds=timeout_s),
+                device_id=info.device if device_type == "cuda" else None,
+            )
+    return info
+
+
+def shard_model(model, dist: Distributed, *, frozen: bool = False):
+    """FSDP2 over the group: each decoder layer (the model's `_no_split_modules`) is one unit, the root the last.
+
+    Gradients are summed, not averaged, over ranks. For one process the model is only moved to the device.
+    """
+    if dist.world_size == 1:
+        return model.to(dist.device)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    mesh = init_device_mesh(dist.device_type, (dist.world_size,))
+    layer_classes = set(getattr(model, "_no_split_modules", None) or ())
+    if not layer_classes:
+        raise ValueError(f"{type(model).__name__} names no _no_split_modules: cannot tell its decoder layers to shard")
+    for module in model.modules():
+        if type(module).__name__ in layer_classes:
+            fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    if not frozen:
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                # Sum over ranks, as plain SUM collectives (gloo has no pre-multiplied sum).
+                module.set_gradient_divide_factor(1.0)
+                module.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def split_by_tokens(lengths: list[int], world_size: int) -> list[list[int]]:
+    """Indices into `lengths`, one list per rank, balancing token counts: longest first to the lightest rank.
+
+    Deterministic (ties go to the lower index and the lower rank), so every rank computes every rank's share.
+    """
+    shares: list[list[int]] = [[] for _ in range(world_size)]
+    loads = [0] * world_size
+    for index in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        rank = min(range(world_size), key=lambda r: (loads[r], r))
+        shares[rank].append(index)
+        loads[rank] += lengths[index]
+    return [sorted(share) for share in shares]
