@@ -10,6 +10,7 @@ paths of a host folder it must not write to, a run directory and a home director
 """
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,36 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def hostile_pool(places, shared_pool):
+def host_listeners(places):
+    """Loopback sockets on the host that the network cases aim at: nothing may ever reach them.
+    (Only 127.0.0.1 is ever a target; inside the sandbox's network namespace its loopback is another one.)"""
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(8)
+    tcp.setblocking(False)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.setblocking(False)
+    places["TCP_PORT"] = tcp.getsockname()[1]
+    places["UDP_PORT"] = udp.getsockname()[1]
+    yield tcp, udp
+    tcp.close()
+    udp.close()
+
+
+def nothing_reached(listeners) -> bool:
+    tcp, udp = listeners
+    for attempt in (lambda: tcp.accept()[0].close(), lambda: udp.recvfrom(4096)):
+        try:
+            attempt()
+            return False
+        except BlockingIOError:
+            pass
+    return True
+
+
+@pytest.fixture(scope="module")
+def hostile_pool(places, shared_pool, host_listeners):
     # What a leaky sandbox would hand over: secrets in the environment of the process that started it.
     os.environ["SPADE_TEST_API_KEY"] = SECRET
     os.environ["SPADE_RUN_DIR"] = str(places["RUN_DIR"])
@@ -97,7 +127,7 @@ def test_the_hostile_suite_is_large_enough():
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
-def test_hostile_environment_is_contained(path, hostile_pool, places):
+def test_hostile_environment_is_contained(path, hostile_pool, places, host_listeners):
     meta, source = load_case(path, places)
     pool = hostile_pool.pool
     if "needs" in meta and not provides(pool.isolation, meta["needs"]):
@@ -113,6 +143,7 @@ def test_hostile_environment_is_contained(path, hostile_pool, places):
     assert [p.name for p in places["RUN_DIR"].iterdir()] == ["secret.txt"]
     assert not (REPO_DIR / "pwned-by-sandbox.txt").exists()
     assert not Path("/tmp/pwned-by-sandbox.txt").exists()
+    assert nothing_reached(host_listeners), "a connection or datagram from the sandbox reached the host"
     assert hostile_pool.run(still_serving, pool) == (CANARY_OBSERVATION, True)
     after = pool.statistics()
     assert after.episodes_served >= before.episodes_served + 3

@@ -1,4 +1,4 @@
-# hostile: resolves a host name
+# hostile: sends a DNS query over UDP (to a socket the test keeps on the host's loopback) and waits for an answer
 # needs: namespaces
 # outcome: any
 # rejected-by: no_dunder_tricks
@@ -11,8 +11,12 @@ class DnsEnv:
 
     def reset(self, seed=None):
         socket = random.__builtins__["__import__"]("socket")
+        query = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01"
         try:
-            return "LEAK: RESOLVED " + str(socket.getaddrinfo("example.com", 80)), {}
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.settimeout(1)
+            sock.sendto(query, ("127.0.0.1", @@UDP_PORT@@))
+            return "LEAK: RESOLVED " + repr(sock.recvfrom(512)), {}
         except OSError as error:
             return f"no dns: {error}", {}
 

@@ -1,4 +1,4 @@
-# hostile: opens a TCP connection through the real __import__
+# hostile: opens a TCP connection (to a listener the test keeps on the host's loopback) through the real __import__
 # needs: namespaces
 # outcome: any
 # rejected-by: no_dunder_tricks
@@ -12,7 +12,7 @@ class NetworkEnv:
     def reset(self, seed=None):
         socket = random.__builtins__["__import__"]("socket")
         try:
-            conn = socket.create_connection(("1.1.1.1", 80), timeout=2)
+            conn = socket.create_connection(("127.0.0.1", @@TCP_PORT@@), timeout=2)
             conn.close()
             return "LEAK: CONNECTED", {}
         except OSError as error:

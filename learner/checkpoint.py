@@ -1,0 +1,135 @@
+"""Learner checkpoints: a Hugging Face model folder plus everything needed to resume bit for bit.
+
+    save_checkpoint(trainer, folder, step)   # every rank calls it (the state is gathered); rank 0 writes
+    step = load_checkpoint(trainer, folder)  # every rank reads the folder and takes its own share
+
+Layout of `folder` (written into `.tmp-<name>` and renamed, so a folder that exists is complete):
+    model.safetensors, config.json, tokenizer files   from_pretrained(folder) loads the policy as it was
+    trainer_state.pt    optimizer (full, keyed by parameter name), LR scheduler, step, updates, policy version,
+                        optimizer steps, and the python / numpy / torch (and cuda) RNG states of every rank
+
+The optimizer state is keyed by parameter name (torch.distributed.checkpoint.state_dict), so a checkpoint
+written by N processes loads into any number of them; RNG states are restored per rank when the world size
+matches, else every rank takes rank 0's. `torch.load(..., weights_only=True)` reads the state file.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+if TYPE_CHECKING:
+    from learner.trainer import Trainer
+
+STATE_FILE = "trainer_state.pt"
+FORMAT = 1
+
+_GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def full_model_state_dict(trainer: Trainer) -> dict[str, torch.Tensor] | None:
+    """The unsharded weights on CPU on rank 0 ({} on the others); None for one process (save the model as is)."""
+    if trainer.dist.world_size == 1:
+        return None
+    return get_model_state_dict(trainer.model, options=_GATHER)
+
+
+def save_model_folder(trainer: Trainer, folder: Path, state_dict: dict[str, torch.Tensor] | None) -> None:
+    """Rank 0: the model (safetensors) and tokenizer as a folder `from_pretrained` loads."""
+    trainer.model.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
+    trainer.tokenizer.save_pretrained(folder)
+
+
+def save_checkpoint(trainer: Trainer, folder: Path, step: int) -> Path:
+    folder = Path(folder)
+    weights = full_model_state_dict(trainer)
+    optimizer = get_optimizer_state_dict(trainer.model, trainer.optimizer, options=_GATHER)
+    rng = trainer.dist.all_gather_objects(capture_rng())
+    if trainer.dist.is_main:
+        tmp = folder.with_name(f".tmp-{folder.name}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_model_folder(trainer, tmp, weights)
+        state = {
+            "format": FORMAT,
+            "step": step,
+            "version": trainer.version,
+            "updates": trainer.updates,
+            "optimizer_steps": trainer.optimizer_steps,
+            "world_size": trainer.dist.world_size,
+            "optimizer": optimizer,
+            "scheduler": trainer.scheduler.state_dict(),
+            "rng": rng,
+        }
+        torch.save(state, tmp / STATE_FILE)
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+    trainer.dist.barrier()  # no rank goes on (and maybe reads it) before the folder is complete
+    return folder
+
+
+def load_checkpoint(trainer: Trainer, folder: Path) -> int:
+    """Restore weights, optimizer, scheduler, counters and RNG states; returns the checkpoint's step."""
+    folder = Path(folder).resolve()
+    state_path = folder / STATE_FILE
+    if not state_path.is_file():
+        raise FileNotFoundError(f"{folder} is not a learner checkpoint: {STATE_FILE} is missing")
+    state = torch.load(state_path, map_location="cpu", weights_only=True)
+    if state.get("format") != FORMAT:
+        raise ValueError(f"{state_path} has format {state.get('format')!r}; this learner reads format {FORMAT}")
+    weights = read_safetensors(folder)
+    full = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(trainer.model, weights, options=full)
+    set_optimizer_state_dict(trainer.model, trainer.optimizer, state["optimizer"], options=full)
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    trainer.version = int(state["version"])
+    trainer.updates = int(state["updates"])
+    trainer.optimizer_steps = int(state["optimizer_steps"])
+    rng = state["rng"]
+    restore_rng(rng[trainer.dist.rank] if len(rng) == trainer.dist.world_size else rng[0])
+    return int(state["step"])
+
+
+def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder} holds no *.safetensors weights")
+    weights: dict[str, torch.Tensor] = {}
+    for file in files:
+        weights.update(load_file(file))
+    return weights
+
+
+def capture_rng() -> dict:
+    """This process's RNG states, in types `torch.load(weights_only=True)` accepts."""
+    kind, key, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": (kind, torch.from_numpy(key.astype(np.int64)), int(pos), int(has_gauss), float(cached)),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    random.setstate(state["python"])
+    kind, key, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
