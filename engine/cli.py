@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--corpus", help="JSONL with `text`/`orig_doc`, or a folder of .txt files (default: shipped corpus)")
     up.add_argument("--run-dir", help="where the run writes everything (default: runs/<date-time>)")
     up.add_argument("--no-live", action="store_true", help="plain log lines instead of the live status line")
+    up.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run (its config, store and learner checkpoint)")
 
     worker = sub.add_parser("worker", help="attach an extra rollout worker to a running engine")
     worker.add_argument("--run-dir", required=True)
@@ -89,6 +90,8 @@ def cmd_up(args) -> int:
     from engine.models import ModelError, check_model_folder, ensure_default_model
     from engine.paths import RunPaths
 
+    if args.resume:
+        return _resume(args)
     try:
         config = load_config(args.preset, args.config, _overrides(args))
         load_corpus(config.curriculum.corpus or None)
@@ -98,7 +101,7 @@ def cmd_up(args) -> int:
     run_dir = Path(config.run.run_dir or f"runs/{datetime.datetime.now():%Y%m%d-%H%M%S}")
     paths = RunPaths(run_dir)
     if paths.config.exists():
-        raise UsageError(f"run directory {run_dir} already holds a run (choose another --run-dir)")
+        raise UsageError(f"run directory {run_dir} already holds a run (continue it with --resume {run_dir}, or choose another --run-dir)")
     if model_path is None:
         try:
             model_path = check_model_folder(ensure_default_model())
@@ -110,6 +113,26 @@ def cmd_up(args) -> int:
     paths.update_meta(model_path=str(model_path), started=datetime.datetime.now().isoformat(), argv=sys.argv[1:])
     print(f"run directory: {paths.root}")
     print(f"model: {model_path}")
+    return _run_engine(config, paths, load_seeds(), live=not args.no_live)
+
+
+def _resume(args) -> int:
+    from engine.config import ConfigError, dump_config, read_config_file
+    from engine.curriculum import load_seeds
+    from engine.paths import RunPaths
+
+    paths = RunPaths(args.resume)
+    if not paths.config.is_file() or not (paths.store / "data.mdb").is_file():
+        raise UsageError(f"{args.resume} is not a run directory to resume (no config.toml or store/)")
+    if args.config or args.model or args.corpus or args.run_dir or args.preset != "default":
+        raise UsageError("--resume keeps the run's own config: only --steps and --set may change it")
+    try:
+        extra = list(args.set) + ([f"run.steps={args.steps}"] if args.steps is not None else [])
+        config = read_config_file(paths.config, extra)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    paths.config.write_text(dump_config(config))
+    print(f"resuming run directory: {paths.root}")
     return _run_engine(config, paths, load_seeds(), live=not args.no_live)
 
 

@@ -112,6 +112,13 @@ class LearnerConfig(_Section):
     agent_weight: float = 1.0
     threads: int = 0  # torch threads; 0: all cores
     keep_policies: int = 3  # published policy folders kept on disk
+    mini_batches: int = 1  # optimizer steps per TrainBatch (sample i in mini-batch i mod N); > 1 recomputes pi_prox first
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"  # decay after warm-up, to 0 at total_steps
+    warmup_steps: int = 0  # optimizer steps of linear warm-up to learning_rate
+    total_steps: int = 0  # optimizer steps the cosine / linear decay spans; 0: no decay
+    checkpoint_every: int = 0  # a full checkpoint every N policy versions; 0: only when the engine asks (the last batch)
+    world_size: int = 1  # learner processes (one per GPU); > 1 runs the learner under torchrun with FSDP2
+    device: Literal["auto", "cuda", "cpu"] = "auto"  # auto: cuda (nccl, bf16 autocast) when available, else cpu (gloo, fp32)
 
 
 class SandboxConfig(_Section):
@@ -288,6 +295,9 @@ def dump_config(config: Config) -> str:
     return msgspec.toml.encode(config).decode()
 
 
-def read_config_file(path: str | Path) -> Config:
-    """Read a resolved config written by `dump_config` (used by the worker and learner processes)."""
-    return config_from_dict(tomllib.loads(Path(path).read_text()))
+def read_config_file(path: str | Path, overrides: list[str] = ()) -> Config:
+    """Read a resolved config written by `dump_config` (the worker and learner processes; `up --resume`)."""
+    data = tomllib.loads(Path(path).read_text())
+    for text in overrides:
+        data = _deep_merge(data, _parse_override(text))
+    return config_from_dict(data)

@@ -100,6 +100,10 @@ class PassageSampler:
         self._rng = random.Random(seed)
         self._order: list[int] = []
 
+    def reseed(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+        self._order = []
+
     def sample(self) -> Passage:
         if not self._order:
             self._order = list(range(len(self._passages)))

@@ -55,8 +55,17 @@ from engine.processes import Child, ChildFailed, learner_child, supervise, worke
 from engine.rewards import designer_advantages, designer_reward, designer_scale, group_advantages, learnable
 from engine.transport import MessageSocket, ProtocolError, open_socket
 from storage.memory import evicted, negative_lines, positive_examples
-from storage.records import DesignerRewardRecord, EnvironmentRecord, MemoryRecord, RunState, TrajectoryRecord, unpack_ints
-from storage.store import Store
+from storage.records import (
+    BatchEntry,
+    BatchRecord,
+    DesignerRewardRecord,
+    EnvironmentRecord,
+    MemoryRecord,
+    RunState,
+    TrajectoryRecord,
+    unpack_ints,
+)
+from storage.store import Store, trajectory_key
 
 
 class EngineError(RuntimeError):
@@ -166,6 +175,7 @@ class Engine:
             match message:
                 case LearnerHello():
                     self._learner_ident = ident
+                    self.policy_version = message.policy_version  # > 0 when it resumed from a checkpoint
                     self.policy_path = message.policy_path
                     self._learner_ready.set()
                 case PolicyPublished():
@@ -428,9 +438,64 @@ class Engine:
                     batch.delete_memory(env_id)
 
     # ------------------------------------------------------------------ learner
-    async def send_batch(self, step: int, samples: list[Sample], checkpoint: bool) -> None:
+    async def send_batch(self, step: int, samples: list[Sample], checkpoint: bool, active: list[ActiveEnv] | None = None) -> None:
+        """Record the batch (and the run state after this step) in one transaction, then send it."""
+        record = BatchRecord(
+            index=self.batches_sent, step=step, checkpoint=checkpoint,
+            entries=[BatchEntry(trajectory_key(s.step, s.sample_id), s.advantage, s.reward) for s in samples],
+        )
+        with self.store.batch() as batch:
+            batch.put_batch(record)
+            state = self.store.state()
+            state.batches = self.batches_sent + 1
+            state.policy_version = self.policy_version
+            state.isolation = self.isolation
+            if active is not None:
+                state.steps_done = step + 1
+                state.active_env_ids = [e.env_id for e in active]
+                state.refresh_step = step - step % self.k
+            batch.put_state(state)
         await self.learner_sock.send_to(self._learner_ident, TrainBatch(step=step, samples=samples, checkpoint=checkpoint))
         self.batches_sent += 1
+
+    def _batch_samples(self, record: BatchRecord) -> list[Sample]:
+        samples = []
+        for entry in record.entries:
+            trajectory = self.store.trajectory(entry.trajectory_key)
+            if trajectory is None:
+                raise EngineError(f"batch {record.index} names trajectory {entry.trajectory_key}, which is not in the store")
+            samples.append(msgspec.structs.replace(trajectory.sample, advantage=entry.advantage, reward=entry.reward))
+        return samples
+
+    async def catch_up_learner(self) -> None:
+        """Resend, from LMDB, every recorded batch the (restarted) learner has not applied yet."""
+        records = list(self.store.batches())
+        self.batches_sent = len(records)
+        missing = [r for r in records if r.index >= self.policy_version]
+        if missing:
+            self.view.line(f"resume: the learner is at v{self.policy_version}; resending {len(missing)} recorded batches from the store")
+        for record in missing:
+            await self.learner_sock.send_to(self._learner_ident, TrainBatch(step=record.step, samples=self._batch_samples(record), checkpoint=record.checkpoint))
+        await self.wait_for_version(len(records), "resume: learner catching up")
+
+    def restore(self, state: RunState) -> list[ActiveEnv]:
+        """The active environments and the delayed designer samples of an interrupted run."""
+        active = []
+        for env_id in state.active_env_ids:
+            env = self.store.environment(env_id)
+            if env is None:
+                raise EngineError(f"the run state names environment {env_id}, which is not in the store")
+            designed_now = env.source == "designed" and env.step_created == state.refresh_step
+            active.append(ActiveEnv(env_id=env.env_id, skill=env.skill, code=env.code, hint=env.hint, designed_now=designed_now, class_name=_class_name(env.code)))
+        trained = {entry.trajectory_key for record in self.store.batches() for entry in record.entries}
+        for reward in self.store.designer_rewards():
+            key = trajectory_key(reward.env_step, reward.designer_sample_id)
+            if reward.reward_step >= state.steps_done and self.config.reward.train_designer and key not in trained:
+                trajectory = self.store.trajectory(key)
+                if trajectory is not None:
+                    self.designer_due[reward.reward_step].append(msgspec.structs.replace(trajectory.sample, reward=reward.raw_reward, advantage=reward.advantage))
+        self.sampler.reseed(self.config.run.seed + 7919 * state.steps_done)
+        return active
 
     def _write_metrics(self, step: int) -> None:
         stats = self.step_stats.get(step, {"step": step})
@@ -455,18 +520,19 @@ class Engine:
         cfg = self.config
         steps = cfg.run.steps
         self._seed_memory()
-        active: list[ActiveEnv] = []
-        envs_requested = envs_valid = 0
-        for step in range(steps):
+        state = self.store.state()
+        first = state.steps_done
+        active = self.restore(state) if first else []
+        if first:
+            self.view.line(f"resume: {first} steps done; continuing at step {first + 1} of {steps}")
+        await self.catch_up_learner()
+        for step in range(first, steps):
             started = time.monotonic()
             tokens_before = self._tokens_total
             await self.wait_for_version(step - cfg.run.max_staleness, f"step {step + 1}")
+            envs_requested = envs_valid = 0
             if step % self.k == 0:
                 active, envs_requested, envs_valid = await self.refresh(step)
-            else:
-                envs_requested = envs_valid = 0
-                with self.store.batch() as batch:
-                    batch.put_state(RunState(steps_done=step, policy_version=self.policy_version, active_env_ids=[e.env_id for e in active], refresh_step=step, isolation=self.isolation))
             if not active:
                 raise EngineError("no valid environment to play: every design failed and there are no seed environments")
             results = await self._run_tasks(f"step {step + 1}: plays", self._play_tasks(step, active))
@@ -477,19 +543,18 @@ class Engine:
             if step % self.k == 0:
                 self.update_memory(step, active, plays)
             due = self.designer_due.pop(step, [])
-            last = step == steps - 1
             self.step_stats[step] = self._stats(step, plays, results, samples, due, zero_groups, envs_requested, envs_valid, time.monotonic() - started, self._tokens_total - tokens_before)
             self.step_stats[step]["dropped_stale"] = too_stale
-            with self.store.batch() as batch:
-                batch.put_state(RunState(steps_done=step + 1, policy_version=self.policy_version, active_env_ids=[e.env_id for e in active], refresh_step=step - step % self.k, isolation=self.isolation))
-            await self.send_batch(step, samples + due, checkpoint=last and not self.designer_due.get(steps))
+            last = step == steps - 1
+            await self.send_batch(step, samples + due, checkpoint=last and not self.designer_due.get(steps), active=active)
         flush = self.designer_due.pop(steps, [])
-        if flush:
+        if flush:  # designer samples whose reward fell due after the last step (the reference flushes them too)
             await self.send_batch(steps, flush, checkpoint=True)
         await self.wait_for_version(self.batches_sent, "final update")
         with self.store.batch() as batch:
             state = self.store.state()
             state.finished = True
+            state.policy_version = self.policy_version
             batch.put_state(state)
 
     def _count_tokens(self, result) -> None:

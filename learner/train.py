@@ -1,11 +1,19 @@
 """The learner process: receives training batches, updates the policy, publishes each new version.
 
-    python -m learner.train --run-dir RUN_DIR
+    python -m learner.train --run-dir RUN_DIR                                        # one process
+    python -m torch.distributed.run --standalone --nproc-per-node N -m learner.train --run-dir RUN_DIR
 
-Started by `bin/spade-engine up`. It loads the run's model, says hello on the engine's learner socket, and for
-each `TrainBatch` runs one update (learner/trainer.py), writes policy version N+1 to `run_dir/policy/`, and
-answers `PolicyPublished`. A batch marked `checkpoint` (the last one) is followed by a full checkpoint in
-`run_dir/checkpoints/step-NNNNNN` (Hugging Face format plus optimizer state).
+Started by `bin/spade-engine up` (the argv comes from `learner.distributed.learner_command`, torchrun when
+`learner.world_size > 1`). It loads the run's model, resumes from `run_dir/checkpoints/latest` when that exists
+(announcing the checkpoint's policy version in `LearnerHello`, so the engine resends what came after), says hello
+on the engine's learner socket, and for each `TrainBatch` runs one update (learner/trainer.py), writes policy
+version N+1 to `run_dir/policy/` and answers `PolicyPublished`. A batch marked `checkpoint` (the last one), and
+every `learner.checkpoint_every`-th version, is followed by a full checkpoint in `run_dir/checkpoints/step-NNNNNN`
+(learner/checkpoint.py) and `checkpoints/latest` pointing at it.
+
+Under torchrun only rank 0 talks to the engine; it broadcasts every message to the other ranks, which run the
+same update on their share of the samples. While the engine is quiet, rank 0 broadcasts a keep-alive every
+`KEEPALIVE_S`, so the collectives' timeout can stay short enough to catch a peer that hangs.
 """
 
 from __future__ import annotations
@@ -20,49 +28,82 @@ from pathlib import Path
 import trio
 import zmq
 
-from engine.config import read_config_file
+from engine.config import Config, read_config_file
 from engine.messages import EngineToLearner, LearnerFailed, LearnerHello, PolicyPublished, Shutdown, TrainBatch
 from engine.paths import RunPaths
 from engine.transport import open_socket
 
+KEEPALIVE_S = 60.0
 
-async def run_learner(run_dir: Path) -> None:
-    import torch
 
-    from learner.trainer import Trainer
+def apply_batch(trainer, paths: RunPaths, config: Config, batch: TrainBatch) -> tuple[dict[str, float], Path]:
+    """Update, publish and maybe checkpoint: what every rank does with a TrainBatch (rank 0 writes the files)."""
+    metrics = trainer.update(batch.samples)
+    path = trainer.publish(paths.policy, config.learner.keep_policies)
+    every = config.learner.checkpoint_every
+    if batch.checkpoint or (every > 0 and trainer.version % every == 0):
+        folder = trainer.save_checkpoint(paths.checkpoints / f"step-{batch.step:06d}", batch.step)
+        if trainer.dist.is_main:
+            latest = paths.checkpoints / "latest"
+            tmp = paths.checkpoints / ".latest"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(folder.name)
+            tmp.replace(latest)  # atomic: `latest` always names a complete checkpoint
+    return metrics, path
 
-    paths = RunPaths(run_dir)
-    config = read_config_file(paths.config)
-    torch.set_num_threads(config.learner.threads or os.cpu_count() or 1)
-    model_path = paths.read_model_path()
-    trainer = await trio.to_thread.run_sync(
-        lambda: Trainer(model_path, config.learner, seed=config.run.seed, dtype=config.model.dtype)
-    )
-    paths.policy.mkdir(parents=True, exist_ok=True)
-    paths.checkpoints.mkdir(parents=True, exist_ok=True)
+
+def resume(trainer, paths: RunPaths, model_path: str) -> str:
+    """Load `checkpoints/latest` if there is one; returns the folder the policy at `trainer.version` lives in."""
+    latest = paths.checkpoints / "latest"
+    if not latest.exists():
+        return model_path
+    trainer.load_checkpoint(latest)
+    published = paths.policy_version_dir(trainer.version)
+    return str(published if published.is_dir() else latest.resolve())
+
+
+async def serve_engine(trainer, paths: RunPaths, config: Config, policy_path: str) -> None:
+    """Rank 0: the engine conversation; every message is also broadcast to the other ranks."""
+    dist = trainer.dist
+
+    def handle(message):
+        dist.broadcast(message)
+        return apply_batch(trainer, paths, config, message) if isinstance(message, TrainBatch) else None
+
     async with open_socket(zmq.DEALER, paths.learner_address, bind=False, decode=EngineToLearner) as sock, trio.open_nursery() as nursery:
         nursery.start_soon(_cancel_on_sigterm, nursery.cancel_scope)
-        await sock.send(LearnerHello(pid=os.getpid(), policy_version=trainer.version, policy_path=model_path))
+        await sock.send(LearnerHello(pid=os.getpid(), policy_version=trainer.version, policy_path=policy_path))
         while True:
-            message = await sock.receive()
+            message = None
+            with trio.move_on_after(KEEPALIVE_S if dist.world_size > 1 else float("inf")):
+                message = await sock.receive()
             match message:
-                case TrainBatch(step=step, samples=samples, checkpoint=checkpoint):
+                case None:
+                    await trio.to_thread.run_sync(dist.broadcast, None)
+                case TrainBatch(step=step):
                     try:
-                        metrics = await trio.to_thread.run_sync(trainer.update, samples)
-                        path = await trio.to_thread.run_sync(trainer.publish, paths.policy, config.learner.keep_policies)
-                        if checkpoint:
-                            folder = paths.checkpoints / f"step-{step:06d}"
-                            await trio.to_thread.run_sync(trainer.save_checkpoint, folder, step)
-                            (paths.checkpoints / "latest").unlink(missing_ok=True)
-                            (paths.checkpoints / "latest").symlink_to(folder.name)
+                        metrics, path = await trio.to_thread.run_sync(handle, message)
                     except Exception as exc:
                         traceback.print_exc()
                         await sock.send(LearnerFailed(reason=f"update for step {step} failed: {exc!r}"))
                         raise
                     await sock.send(PolicyPublished(version=trainer.version, path=str(path), step=step, metrics=metrics))
                 case Shutdown():
+                    await trio.to_thread.run_sync(handle, message)
                     nursery.cancel_scope.cancel()
                     return
+
+
+def follow_rank0(trainer, paths: RunPaths, config: Config) -> None:
+    """Ranks > 0: run what rank 0 broadcasts until it says Shutdown."""
+    while True:
+        match trainer.dist.broadcast(None):
+            case None:
+                continue  # rank 0's keep-alive
+            case TrainBatch() as batch:
+                apply_batch(trainer, paths, config, batch)
+            case Shutdown():
+                return
 
 
 async def _cancel_on_sigterm(scope: trio.CancelScope) -> None:
@@ -72,12 +113,44 @@ async def _cancel_on_sigterm(scope: trio.CancelScope) -> None:
             return
 
 
+def run_learner(run_dir: Path) -> None:
+    import torch
+
+    from learner.distributed import init_distributed
+    from learner.trainer import Trainer
+
+    paths = RunPaths(run_dir)
+    config = read_config_file(paths.config)
+    dist = init_distributed(config.learner.device)
+    try:
+        if dist.world_size != config.learner.world_size:
+            raise ValueError(
+                f"learner.world_size is {config.learner.world_size} but {dist.world_size} learner process(es) started: "
+                "start the learner with learner.distributed.learner_command(python, run_dir, learner.world_size)"
+            )
+        if dist.device_type == "cpu":
+            torch.set_num_threads(config.learner.threads or max(1, (os.cpu_count() or 1) // dist.world_size))
+        elif config.learner.threads:
+            torch.set_num_threads(config.learner.threads)
+        model_path = paths.read_model_path()
+        trainer = Trainer(model_path, config.learner, seed=config.run.seed, dtype=config.model.dtype, distributed=dist)
+        paths.policy.mkdir(parents=True, exist_ok=True)
+        paths.checkpoints.mkdir(parents=True, exist_ok=True)
+        policy_path = resume(trainer, paths, model_path)
+        if dist.is_main:
+            trio.run(serve_engine, trainer, paths, config, policy_path)
+        else:
+            follow_rank0(trainer, paths, config)
+    finally:
+        dist.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="learner.train", description="The SPADE learner process.")
     parser.add_argument("--run-dir", required=True)
     args = parser.parse_args(argv)
     try:
-        trio.run(run_learner, Path(args.run_dir))
+        run_learner(Path(args.run_dir))
     except KeyboardInterrupt:
         return 130
     return 0

@@ -1,19 +1,31 @@
-"""One GRPO update from a batch of samples, and publishing the new policy.
+"""One GRPO update from a batch of samples, publishing the new policy, checkpoints; on one process or N (FSDP2).
 
-    trainer = Trainer(model_path, config.learner, seed=0)
-    metrics = trainer.update(samples)        # one optimizer step; returns what to log
-    path = trainer.publish(policy_dir)       # version += 1, written atomically (tmp folder + rename)
+    trainer = Trainer(model_path, config.learner, seed=0)          # or distributed=init_distributed(...)
+    metrics = trainer.update(samples)        # `mini_batches` optimizer steps; returns what to log
+    path = trainer.publish(policy_dir, keep) # version += 1, written atomically (tmp folder + rename)
+    trainer.save_checkpoint(folder, step); trainer.load_checkpoint(folder)   # learner/checkpoint.py
 
 The objective is chosen by `learner.objective` (learner/objectives.py). Aggregation: token mean within each role
-(over every sampled token of that role in the batch, including those of zero-advantage samples, which are skipped
-in the forward pass since they contribute no gradient), role losses weighted by `designer_weight` / `agent_weight`. Micro-batches of at most `micro_batch_tokens` tokens accumulate
-gradients; the single optimizer step means pi_old is the current policy.
+over every sampled token of that role in the mini-batch (including those of zero-advantage samples, which are
+skipped in the forward pass since they contribute no gradient), role losses weighted by `designer_weight` /
+`agent_weight`. The batch is cut into `mini_batches` strided mini-batches (sample i goes to i mod M), one
+optimizer step each; mini-batch 0 runs before any step, so its proximal log-probs are its own detached
+log-probs, and those of the later mini-batches are recomputed without gradient before the first step.
+
+On N processes every rank holds the whole batch (rank 0 broadcasts it, learner/train.py), computes the same plan
+(learner/distributed.py: `split_by_tokens`), and runs its share of each mini-batch in micro-batches of at most
+`micro_batch_tokens` padded tokens; ranks with fewer micro-batches run empty ones, since every FSDP forward and
+backward is a collective. Role token counts come from the whole mini-batch, and FSDP sums the gradients, so
+the update equals the single-process one up to floating-point summation order.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,33 +33,143 @@ import torch
 
 from engine.config import LearnerConfig
 from engine.messages import Sample
+from learner import checkpoint
+from learner.distributed import Distributed, resolve_device, shard_model, split_by_tokens
 from learner.logprobs import logprobs_from_logits
 from learner.objectives import ObjectiveConfig, aggregate, token_losses
 from storage.records import unpack_floats, unpack_ints, unpack_mask
 
+ROLES = ("agent", "designer")
+# Summed over micro-batches and ranks, then turned into the logged means (one all-reduce per update).
+_SUMS = ("loss", "loss_agent", "loss_designer", "clip", "weight", "masked", "k3", "kl", "tokens", "kept")
 
-def _micro_batches(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
+
+def check_learner_config(config: LearnerConfig) -> None:
+    """Range checks for the learner's fields (ValueError naming the field)."""
+    for name in ("mini_batches", "micro_batch_tokens", "world_size"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"learner.{name} must be at least 1 (got {getattr(config, name)})")
+    for name in ("warmup_steps", "total_steps", "checkpoint_every"):
+        if getattr(config, name) < 0:
+            raise ValueError(f"learner.{name} must be >= 0 (got {getattr(config, name)})")
+    if config.total_steps and config.total_steps <= config.warmup_steps:
+        raise ValueError(
+            f"learner.total_steps ({config.total_steps}) must exceed learner.warmup_steps ({config.warmup_steps}), "
+            "or be 0 for no decay"
+        )
+
+
+def lr_factor(config: LearnerConfig, step: int) -> float:
+    """The learning-rate multiplier for optimizer step `step` (0-based): linear warm-up, then the schedule.
+
+    Warm-up climbs (step + 1) / warmup_steps; "cosine" and "linear" then fall to 0 at `total_steps`
+    (0: no decay); "constant" stays at 1.
+    """
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    if config.lr_schedule == "constant" or config.total_steps <= 0:
+        return 1.0
+    progress = min(1.0, (step - config.warmup_steps) / (config.total_steps - config.warmup_steps))
+    if config.lr_schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    return 1.0 - progress
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One sample, unpacked once per update."""
+
+    ids: np.ndarray
+    mask: np.ndarray  # float32, position 0 already zeroed (it has no prediction)
+    behaviour: np.ndarray
+    versions: np.ndarray
+    advantage: float
+    temperature: float
+    role: str
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+
+def _unpack(sample: Sample) -> _Row:
+    mask = unpack_mask(sample.loss_mask).astype(np.float32)
+    mask[:1] = 0.0
+    return _Row(
+        ids=unpack_ints(sample.tokens).astype(np.int64),
+        mask=mask,
+        behaviour=unpack_floats(sample.logprobs),
+        versions=unpack_ints(sample.versions).astype(np.int64),
+        advantage=float(sample.advantage),
+        temperature=sample.temperature if sample.temperature > 0 else 1.0,
+        role=sample.role,
+    )
+
+
+def _micro_batches(indices: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Length-sorted greedy packing: a micro-batch's padded size (rows x longest) stays within max_tokens."""
     batches, current, width = [], [], 0
-    for sample in sorted(samples, key=lambda s: len(s.tokens)):
-        n = len(sample.tokens) // 4
+    for index in sorted(indices, key=lambda i: (lengths[i], i)):
+        n = lengths[index]
         if current and max(width, n) * (len(current) + 1) > max_tokens:
             batches.append(current)
             current, width = [], 0
-        current.append(sample)
+        current.append(index)
         width = max(width, n)
     if current:
         batches.append(current)
     return batches
 
 
+@dataclass(frozen=True)
+class _MiniBatch:
+    role_tokens: dict[str, float]  # loss-mask tokens per role in the whole mini-batch (the token-mean denominators)
+    micro: list[list[list[int]]]  # per rank: its micro-batches (sample indices)
+
+    @property
+    def passes(self) -> int:
+        """Forward/backward passes every rank runs (the most any rank needs)."""
+        return max(len(m) for m in self.micro)
+
+    @property
+    def trainable(self) -> bool:
+        return self.passes > 0
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """A micro-batch as right-padded tensors on the device."""
+
+    ids: torch.Tensor
+    attention: torch.Tensor
+    mask: torch.Tensor
+    behaviour: torch.Tensor
+    advantages: torch.Tensor
+    temperatures: torch.Tensor | None  # [rows, 1, 1]; None when every row samples at temperature 1
+    roles: list[str]
+    lengths: list[int]
+
+
 class Trainer:
-    def __init__(self, model_path: str, config: LearnerConfig, *, seed: int = 0, dtype: str = "float32"):
+    def __init__(
+        self,
+        model_path: str,
+        config: LearnerConfig,
+        *,
+        seed: int = 0,
+        dtype: str = "float32",
+        distributed: Distributed | None = None,
+    ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        torch.manual_seed(seed)
+        check_learner_config(config)
         self.config = config
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
-        self.model.train()
+        self.dist = distributed or Distributed(device_type=resolve_device(config.device))
+        self.device = self.dist.device
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        model.train()
+        self.model = shard_model(model, self.dist)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -55,12 +177,17 @@ class Trainer:
             betas=tuple(config.betas),
             weight_decay=config.weight_decay,
         )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: lr_factor(config, step))
         self.reference = None
         if config.kl_coef > 0:  # a frozen copy of the initial model for the KL term
-            self.reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).eval()
-            self.reference.requires_grad_(False)
-        self.version = 0
-        self.updates = 0
+            reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).eval()
+            reference.requires_grad_(False)
+            self.reference = shard_model(reference, self.dist, frozen=True)
+        # bf16 autocast where the hardware has it (fp32 master weights and log-softmax); plain fp32 on CPU.
+        self.autocast = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
+        self.version = 0  # published policy versions
+        self.updates = 0  # update() calls that took at least one optimizer step
+        self.optimizer_steps = 0
 
     def objective(self) -> ObjectiveConfig:
         c = self.config
@@ -70,119 +197,217 @@ class Trainer:
             seq_high=c.seq_high, kl_coef=c.kl_coef,
         )
 
+    # ------------------------------------------------------------------ the update
     def update(self, samples: list[Sample]) -> dict[str, float]:
         started = time.perf_counter()
         objective = self.objective()
-        role_tokens = {"agent": 0, "designer": 0}
-        for sample in samples:
-            role_tokens[sample.role] += int(unpack_mask(sample.loss_mask)[1:].sum())
-        trainable = [s for s in samples if s.advantage != 0.0 and unpack_mask(s.loss_mask)[1:].any()]
+        rows = [_unpack(s) for s in samples]
+        trainable = [i for i, r in enumerate(rows) if r.advantage != 0.0 and r.mask.any()]
+        plan = self._plan(rows, set(trainable))
         weights = {"agent": self.config.agent_weight, "designer": self.config.designer_weight}
-        totals = {"loss": 0.0, "loss_agent": 0.0, "loss_designer": 0.0}
-        sums = {"clip_fraction": 0.0, "behaviour_weight_mean": 0.0, "masked_fraction": 0.0, "mismatch_k3": 0.0, "kl_ref": 0.0, "staleness": 0.0}
-        weight_max = 0.0
-        counted = trained_tokens = 0
-        staleness_histogram: dict[int, int] = {}
-        for micro in _micro_batches(trainable, self.config.micro_batch_tokens):
-            width = max(len(s.tokens) // 4 for s in micro)
-            ids = torch.zeros((len(micro), width), dtype=torch.long)
-            attention = torch.zeros((len(micro), width), dtype=torch.long)
-            mask = torch.zeros((len(micro), width))
-            behaviour = torch.zeros((len(micro), width))
-            versions = torch.full((len(micro), width), -1, dtype=torch.long)
-            advantages = torch.zeros((len(micro), 1))
-            temperatures = torch.ones((len(micro), 1, 1))
-            for row, s in enumerate(micro):
-                n = len(s.tokens) // 4
-                ids[row, :n] = torch.from_numpy(unpack_ints(s.tokens).astype(np.int64))
-                attention[row, :n] = 1
-                mask[row, :n] = torch.from_numpy(unpack_mask(s.loss_mask).astype(np.float32))
-                behaviour[row, :n] = torch.from_numpy(unpack_floats(s.logprobs).copy())
-                versions[row, :n] = torch.from_numpy(unpack_ints(s.versions).astype(np.int64))
-                advantages[row, 0] = s.advantage
-                temperatures[row] = s.temperature if s.temperature > 0 else 1.0
-            mask[:, 0] = 0.0  # the first token has no prediction
-            logits = self.model(input_ids=ids, attention_mask=attention, use_cache=False).logits
-            logprobs = logprobs_from_logits(logits / temperatures, ids, 1.0)
-            ref = None
-            if self.reference is not None:
+        proximal = self._proximal_logprobs(rows, plan) if len(plan) > 1 else {}
+        sums = torch.zeros(len(_SUMS), dtype=torch.float64)
+        weight_max = torch.zeros(1, dtype=torch.float64)
+        grad_norms, lr = [], self.optimizer.param_groups[0]["lr"]
+        for number, mini in enumerate(plan):
+            if not mini.trainable:
+                continue
+            mine = mini.micro[self.dist.rank]
+            for index in range(mini.passes):
+                if index >= len(mine):
+                    self._empty_pass(backward=True)
+                    continue
+                batch = self._collate(rows, mine[index])
+                logprobs = self._logprobs(self.model, batch)
+                prox = logprobs.detach() if number == 0 else self._gather_proximal(proximal, mine[index], batch)
+                ref = None
+                if self.reference is not None:
+                    with torch.no_grad():
+                        ref = self._logprobs(self.reference, batch)
+                losses, kept, stats = token_losses(objective, logprobs, prox, batch.behaviour, batch.advantages, batch.mask, ref)
+                loss = aggregate(losses, kept, batch.roles, weights, role_tokens=mini.role_tokens)
+                loss.backward()
                 with torch.no_grad():
-                    ref_logits = self.reference(input_ids=ids, attention_mask=attention, use_cache=False).logits
-                    ref = logprobs_from_logits(ref_logits / temperatures, ids, 1.0)
-            # One optimizer step per batch: the proximal policy is the current one.
-            losses, kept, stats = token_losses(objective, logprobs, logprobs.detach(), behaviour, advantages, mask, ref)
-            roles = [s.role for s in micro]
-            loss = aggregate(losses, kept, roles, weights, role_tokens=role_tokens)
-            loss.backward()
-            with torch.no_grad():
-                totals["loss"] += float(loss)
-                for role in ("agent", "designer"):
-                    if role in roles:
-                        only = {r: (w if r == role else 0.0) for r, w in weights.items()}
-                        totals[f"loss_{role}"] += float(aggregate(losses, kept, roles, only, role_tokens=role_tokens))
-                n_tokens = float(stats["tokens"])
-                counted += n_tokens
-                trained_tokens += int(attention.sum())
-                for name in sums:
-                    if name != "staleness":
-                        sums[name] += float(stats[name]) * n_tokens
-                weight_max = max(weight_max, float(stats["behaviour_weight_max"]))
-                sampled = versions[mask.bool()]
-                lag = (self.version - sampled).tolist()
-                sums["staleness"] += float(sum(lag))
-                for value in lag:
-                    staleness_histogram[int(value)] = staleness_histogram.get(int(value), 0) + 1
-        grad_norm = 0.0
-        if trainable:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm))
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+                    per_role = [
+                        float(aggregate(losses, kept, batch.roles, {r: (w if r == role else 0.0) for r, w in weights.items()}, role_tokens=mini.role_tokens))
+                        if role in batch.roles else 0.0
+                        for role in ("agent", "designer")
+                    ]
+                    tokens, kept_tokens = float(stats["tokens"]), float(stats["kept_tokens"])
+                    sums += torch.tensor([
+                        float(loss), *per_role,
+                        float(stats["clip_fraction"]) * kept_tokens,
+                        float(stats["behaviour_weight_mean"]) * tokens,
+                        float(stats["masked_fraction"]) * tokens,
+                        float(stats["mismatch_k3"]) * tokens,
+                        float(stats["kl_ref"]) * kept_tokens,
+                        tokens, kept_tokens,
+                    ], dtype=torch.float64)
+                    weight_max = torch.maximum(weight_max, torch.tensor([float(stats["behaviour_weight_max"])], dtype=torch.float64))
+            lr = self.optimizer.param_groups[0]["lr"]
+            grad_norms.append(self._step())
+        if grad_norms:
             self.updates += 1
+        self.dist.all_reduce_(sums)
+        self.dist.all_reduce_(weight_max, op="max")
         seconds = time.perf_counter() - started
+        return self._metrics(rows, trainable, plan, dict(zip(_SUMS, sums.tolist())), float(weight_max), grad_norms, lr, seconds)
+
+    def _plan(self, rows: list[_Row], trainable: set[int]) -> list[_MiniBatch]:
+        """Mini-batches (sample i in mini-batch i mod M), each split over the ranks, then into micro-batches."""
+        lengths = [r.length for r in rows]
+        count = self.config.mini_batches
+        plan = []
+        for first in range(count):
+            members = list(range(first, len(rows), count))
+            role_tokens = {role: 0.0 for role in ROLES}
+            for i in members:
+                role_tokens[rows[i].role] += float(rows[i].mask.sum())
+            train = [i for i in members if i in trainable]
+            shares = split_by_tokens([lengths[i] for i in train], self.dist.world_size)
+            micro = [_micro_batches([train[j] for j in share], lengths, self.config.micro_batch_tokens) for share in shares]
+            plan.append(_MiniBatch(role_tokens=role_tokens, micro=micro))
+        return plan
+
+    @torch.no_grad()
+    def _proximal_logprobs(self, rows: list[_Row], plan: list[_MiniBatch]) -> dict[int, torch.Tensor]:
+        """log pi_prox of every trainable sample of mini-batches 1.. (weights before the first step), by sample."""
+        proximal: dict[int, torch.Tensor] = {}
+        for mini in plan[1:]:
+            mine = mini.micro[self.dist.rank]
+            for index in range(mini.passes):
+                if index >= len(mine):
+                    self._empty_pass(backward=False)
+                    continue
+                batch = self._collate(rows, mine[index])
+                logprobs = self._logprobs(self.model, batch)
+                for row, (sample, n) in enumerate(zip(mine[index], batch.lengths)):
+                    proximal[sample] = logprobs[row, :n].clone()
+        return proximal
+
+    def _gather_proximal(self, proximal: dict[int, torch.Tensor], micro: list[int], batch: _Batch) -> torch.Tensor:
+        out = torch.zeros_like(batch.mask)
+        for row, (sample, n) in enumerate(zip(micro, batch.lengths)):
+            out[row, :n] = proximal[sample]
+        return out
+
+    def _collate(self, rows: list[_Row], micro: list[int]) -> _Batch:
+        chosen = [rows[i] for i in micro]
+        width = max(r.length for r in chosen)
+        ids = np.zeros((len(chosen), width), dtype=np.int64)
+        attention = np.zeros((len(chosen), width), dtype=np.int64)
+        mask = np.zeros((len(chosen), width), dtype=np.float32)
+        behaviour = np.zeros((len(chosen), width), dtype=np.float32)
+        for row, r in enumerate(chosen):
+            ids[row, : r.length] = r.ids
+            attention[row, : r.length] = 1
+            mask[row, : r.length] = r.mask
+            behaviour[row, : r.length] = r.behaviour
+        temperatures = [r.temperature for r in chosen]
+        device = self.device
+        return _Batch(
+            ids=torch.from_numpy(ids).to(device),
+            attention=torch.from_numpy(attention).to(device),
+            mask=torch.from_numpy(mask).to(device),
+            behaviour=torch.from_numpy(behaviour).to(device),
+            advantages=torch.tensor([[r.advantage] for r in chosen], dtype=torch.float32, device=device),
+            temperatures=None if all(t == 1.0 for t in temperatures) else torch.tensor(temperatures, device=device).view(-1, 1, 1),
+            roles=[r.role for r in chosen],
+            lengths=[r.length for r in chosen],
+        )
+
+    def _forward(self, model, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        context = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
+        with context:
+            return model(input_ids=ids, attention_mask=attention, use_cache=False).logits
+
+    def _logprobs(self, model, batch: _Batch) -> torch.Tensor:
+        logits = self._forward(model, batch.ids, batch.attention)
+        if batch.temperatures is not None:
+            logits = logits.float() / batch.temperatures
+        return logprobs_from_logits(logits, batch.ids, 1.0)
+
+    def _empty_pass(self, *, backward: bool) -> None:
+        """A one-token pass with zero loss: keeps this rank in step with ranks that have another micro-batch."""
+        ids = torch.zeros((1, 1), dtype=torch.long, device=self.device)
+        with contextlib.nullcontext() if backward else torch.no_grad():
+            logits = self._forward(self.model, ids, torch.ones_like(ids))
+            if self.reference is not None and backward:
+                with torch.no_grad():
+                    self._forward(self.reference, ids, torch.ones_like(ids))
+            if backward:
+                (logits.float().sum() * 0.0).backward()
+
+    def _step(self) -> float:
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP, already reduced over ranks
+            grad_norm = grad_norm.full_tensor()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer_steps += 1
+        return float(grad_norm)
+
+    def _metrics(self, rows, trainable, plan, sums, weight_max, grad_norms, lr, seconds) -> dict[str, float]:
+        steps = len(grad_norms)
+        tokens, kept = sums["tokens"], sums["kept"]
+        trained_tokens = sum(rows[i].length for i in trainable)
+        padded = sum(len(m) * max(rows[i].length for i in m) for mini in plan for rank in mini.micro for m in rank)
+        histogram: dict[int, int] = {}
+        lag_sum = lag_count = 0
+        for i in trainable:
+            lags = self.version - rows[i].versions[rows[i].mask > 0]
+            lag_sum, lag_count = lag_sum + int(lags.sum()), lag_count + len(lags)
+            for value, n in zip(*np.unique(lags, return_counts=True)):
+                histogram[int(value)] = histogram.get(int(value), 0) + int(n)
         return {
-            **totals,
-            **{k: (v / counted if counted else 0.0) for k, v in sums.items()},
+            # losses: the mean over this update's optimizer steps of each step's objective
+            "loss": sums["loss"] / max(steps, 1),
+            "loss_agent": sums["loss_agent"] / max(steps, 1),
+            "loss_designer": sums["loss_designer"] / max(steps, 1),
+            "clip_fraction": sums["clip"] / kept if kept else 0.0,
+            "behaviour_weight_mean": sums["weight"] / tokens if tokens else 0.0,
             "behaviour_weight_max": weight_max,
-            **{f"staleness_{lag}": float(n) for lag, n in sorted(staleness_histogram.items())},
-            "grad_norm": grad_norm,
-            "samples": float(len(samples)),
+            "masked_fraction": sums["masked"] / tokens if tokens else 0.0,
+            "mismatch_k3": sums["k3"] / tokens if tokens else 0.0,
+            "kl_ref": sums["kl"] / kept if kept else 0.0,
+            "staleness": lag_sum / lag_count if lag_count else 0.0,
+            **{f"staleness_{lag}": float(n) for lag, n in sorted(histogram.items())},
+            "grad_norm": sum(grad_norms) / steps if steps else 0.0,
+            "grad_norm_max": max(grad_norms, default=0.0),
+            "learning_rate": float(lr),
+            "samples": float(len(rows)),
             "trained_samples": float(len(trainable)),
-            "zero_advantage_samples": float(len(samples) - len(trainable)),
+            "zero_advantage_samples": float(len(rows) - len(trainable)),
             "trained_tokens": float(trained_tokens),
+            "loss_tokens": float(tokens),
+            "padding_fraction": 1.0 - trained_tokens / padded if padded else 0.0,
             "learner_seconds": seconds,
             "learner_tokens_per_s": trained_tokens / seconds if seconds > 0 else 0.0,
-            "optimizer_step": 1.0 if trainable else 0.0,
+            "optimizer_step": float(steps),
+            "world_size": float(self.dist.world_size),
         }
 
+    # ------------------------------------------------------------------ publishing and checkpoints
     def publish(self, policy_dir: Path, keep: int) -> Path:
-        """Write the current weights as policy version `version + 1` and return its folder."""
+        """Write the current weights as policy version `version + 1` and return its folder (every rank calls it)."""
         self.version += 1
-        final = policy_dir / f"v{self.version:06d}"
-        tmp = policy_dir / f".tmp-v{self.version:06d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp, safe_serialization=True)
-        self.tokenizer.save_pretrained(tmp)
-        tmp.rename(final)
-        published = sorted(p for p in policy_dir.glob("v*") if p.is_dir())
-        for old in published[:-keep] if keep > 0 else []:
-            shutil.rmtree(old, ignore_errors=True)
+        final = Path(policy_dir) / f"v{self.version:06d}"
+        weights = checkpoint.full_model_state_dict(self)  # a collective under FSDP
+        if self.dist.is_main:
+            tmp = final.with_name(f".tmp-v{self.version:06d}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            checkpoint.save_model_folder(self, tmp, weights)
+            tmp.rename(final)
+            published = sorted(p for p in Path(policy_dir).glob("v*") if p.is_dir())
+            for old in published[:-keep] if keep > 0 else []:
+                shutil.rmtree(old, ignore_errors=True)
         return final
 
     def save_checkpoint(self, folder: Path, step: int) -> Path:
-        tmp = folder.with_name(f".tmp-{folder.name}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp, safe_serialization=True)
-        self.tokenizer.save_pretrained(tmp)
-        torch.save(
-            {
-                "optimizer": self.optimizer.state_dict(),
-                "version": self.version,
-                "updates": self.updates,
-                "step": step,
-                "torch_rng": torch.get_rng_state(),
-            },
-            tmp / "trainer_state.pt",
-        )
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.rename(folder)
-        return folder
+        """A resumable checkpoint (learner/checkpoint.py); every rank calls it."""
+        return checkpoint.save_checkpoint(self, Path(folder), step)
+
+    def load_checkpoint(self, folder: Path) -> int:
+        """Restore a checkpoint written by `save_checkpoint`; returns its step."""
+        return checkpoint.load_checkpoint(self, Path(folder))

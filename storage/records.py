@@ -84,9 +84,26 @@ class DesignerRewardRecord(msgspec.Struct, kw_only=True):
     no_hint_return: float
 
 
+class BatchEntry(msgspec.Struct, array_like=True):
+    trajectory_key: str  # key in `trajectories` (step/sample_id)
+    advantage: float
+    reward: float
+
+
+class BatchRecord(msgspec.Struct, kw_only=True):
+    """What one learner update trained on, so a restarted learner can be sent exactly the same batch again."""
+
+    v: int = SCHEMA_VERSION
+    index: int  # the n-th batch of the run; the learner's policy version after it is index + 1
+    step: int
+    checkpoint: bool
+    entries: list[BatchEntry]
+
+
 class RunState(msgspec.Struct, kw_only=True):
     v: int = SCHEMA_VERSION
-    steps_done: int = 0  # steps whose plays are committed
+    steps_done: int = 0  # steps whose plays and training batch are committed
+    batches: int = 0  # training batches recorded (in `batches`)
     policy_version: int = 0
     active_env_ids: list[str] = msgspec.field(default_factory=list)
     refresh_step: int = -1  # the step of the latest refresh

@@ -6,7 +6,7 @@
     for record in store.trajectories(): ...          # readers use their own read transactions
 
 Databases: `environments` (env_id), `trajectories` (step/sample_id), `memory` (env_id), `designer_rewards`
-(env_id), `meta` (the run state). A crash loses at most the batch in flight; everything committed stays readable
+(env_id), `batches` (what each learner update trained on), `meta` (the run state). A crash loses at most the batch in flight; everything committed stays readable
 (`Store.open(path, readonly=True)` works while the engine runs).
 """
 
@@ -21,6 +21,7 @@ import lmdb
 import msgspec
 
 from storage.records import (
+    BatchRecord,
     DesignerRewardRecord,
     EnvironmentRecord,
     MemoryRecord,
@@ -37,6 +38,7 @@ DATABASES = {
     "trajectories": TrajectoryRecord,
     "memory": MemoryRecord,
     "designer_rewards": DesignerRewardRecord,
+    "batches": BatchRecord,
     "meta": RunState,
 }
 _ENCODER = msgspec.msgpack.Encoder()
@@ -69,6 +71,9 @@ class Batch:
 
     def put_designer_reward(self, record: DesignerRewardRecord) -> None:
         self._put("designer_rewards", record.env_id, record)
+
+    def put_batch(self, record: BatchRecord) -> None:
+        self._put("batches", f"{record.index:08d}", record)
 
     def put_state(self, state: RunState) -> None:
         self._put("meta", "state", state)
@@ -140,6 +145,12 @@ class Store:
 
     def designer_rewards(self) -> Iterator[DesignerRewardRecord]:
         return self._scan("designer_rewards")
+
+    def batches(self) -> Iterator[BatchRecord]:
+        return self._scan("batches")
+
+    def trajectory(self, key: str) -> TrajectoryRecord | None:
+        return self._get("trajectories", key)
 
     def state(self) -> RunState:
         return self._get("meta", "state") or RunState()

@@ -110,6 +110,27 @@ def test_up_runs_the_whole_loop(tiny_model_path, tmp_path):
     assert out.shape[1] > ids["input_ids"].shape[1]
 
 
+def test_resume_continues_where_the_run_stopped(tiny_model_path, tmp_path):
+    run_dir = tmp_path / "run"
+    script = _script(tmp_path)
+    first = subprocess.run(_up_command(tiny_model_path, run_dir, script, steps=2), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    again = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir), "--steps", "4"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resume: 2 steps done; continuing at step 3 of 4" in again.stdout
+    store = Store.open(run_dir / "store", readonly=True)
+    batches = list(store.batches())
+    state = store.state()
+    steps_played = sorted({t.step for t in store.trajectories() if t.role == "agent"})
+    store.close()
+    assert steps_played == [0, 1, 2, 3] and state.steps_done == 4 and state.finished
+    assert [b.index for b in batches] == list(range(len(batches))) and state.policy_version == len(batches)
+    keys = [e.trajectory_key for b in batches for e in b.entries]
+    assert len(keys) == len(set(keys)), "a sample was trained twice"
+
+
 def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(

@@ -1,0 +1,144 @@
+"""The learner on 2 gloo processes (FSDP2) makes the same update as on 1, and its files load anywhere.
+
+The test starts this file under `python -m torch.distributed.run` (loopback only); run as a script it is the
+worker: one `Trainer.update` on the batch file, `publish`, `save_checkpoint`, and the metrics as JSON.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+import torch
+
+from engine.config import LearnerConfig
+from engine.messages import Sample
+from learner.distributed import learner_command, split_by_tokens
+from learner.trainer import Trainer
+from storage.records import pack_floats, pack_ints, pack_mask
+
+REPO = Path(__file__).resolve().parents[2]
+# Small micro-batches, so the two ranks run different numbers of them (one pads with an empty pass).
+CONFIG = LearnerConfig(learning_rate=1e-4, micro_batch_tokens=24, kl_coef=0.05, device="cpu")
+
+
+def make_samples(seed: int = 0) -> list[Sample]:
+    """6 mixed-role samples of different lengths, prompt tokens masked, one with zero advantage."""
+    rng = np.random.default_rng(seed)
+    shapes = [("agent", 9, 1.0), ("designer", 20, 0.5), ("agent", 14, -1.0), ("agent", 7, 0.0), ("designer", 12, -0.5), ("agent", 17, 0.8)]
+    samples = []
+    for n, (role, length, advantage) in enumerate(shapes):
+        prompt = 3 + n % 3
+        tokens = rng.integers(5, 4000, size=length).tolist()
+        mask = [0] * prompt + [1] * (length - prompt)
+        behaviour = [0.0] * prompt + (-8.3 + 0.3 * rng.standard_normal(length - prompt)).tolist()
+        versions = [-1] * prompt + [0] * (length - prompt)
+        samples.append(Sample(
+            sample_id=f"s{n}", role=role, env_id="e", skill="k", arm="design" if role == "designer" else "hint", step=0,
+            tokens=pack_ints(tokens), loss_mask=pack_mask(mask), logprobs=pack_floats(behaviour), versions=pack_ints(versions),
+            reward=0.0, advantage=advantage, temperature=0.7 if role == "designer" else 1.0,
+        ))
+    return samples
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_learner_command():
+    assert learner_command("py", "/runs/a", 1) == ["py", "-m", "learner.train", "--run-dir", "/runs/a"]
+    assert learner_command("py", "/runs/a", 4) == [
+        "py", "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "4",
+        "-m", "learner.train", "--run-dir", "/runs/a",
+    ]
+    with pytest.raises(ValueError, match=r"^learner.world_size must be at least 1 \(got 0\)$"):
+        learner_command("py", "/runs/a", 0)
+
+
+def test_split_by_tokens_balances_and_is_deterministic():
+    shares = split_by_tokens([5, 9, 2, 9, 4, 1], 2)
+    assert shares == [[0, 1, 5], [2, 3, 4]]  # 5+9+1 and 2+9+4: longest first, each to the lighter rank
+    assert sorted(i for share in shares for i in share) == list(range(6))
+    assert split_by_tokens([3], 2) == [[0], []]
+
+
+def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_path):
+    samples = make_samples()
+    batch_file = tmp_path / "batch.msgpack"
+    batch_file.write_bytes(msgspec.msgpack.encode(samples))
+    config_file = tmp_path / "learner.json"
+    config_file.write_bytes(msgspec.json.encode(CONFIG))
+    env = {
+        **os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+    }
+    argv = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+        __file__, tiny_model_path, str(batch_file), str(config_file), str(tmp_path / "two"),
+    ]
+    child = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # The single-process run overlaps with the children's start-up.
+    torch.set_num_threads(1)
+    single = Trainer(tiny_model_path, CONFIG)
+    single_metrics = single.update(samples)
+    try:
+        output, _ = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 0, output[-4000:]
+
+    two = tmp_path / "two"
+    metrics = json.loads((two / "metrics.json").read_text())
+    for name in ("loss", "loss_agent", "loss_designer", "grad_norm", "behaviour_weight_mean", "mismatch_k3", "kl_ref"):
+        assert metrics[name] == pytest.approx(single_metrics[name], rel=1e-5, abs=1e-7), name
+    assert metrics["trained_tokens"] == single_metrics["trained_tokens"] and metrics["world_size"] == 2.0
+
+    from transformers import AutoModelForCausalLM
+
+    published = AutoModelForCausalLM.from_pretrained(two / "policy" / "v000001").state_dict()
+    expected = single.model.state_dict()
+    assert published.keys() == expected.keys()
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()
+    for name, value in expected.items():
+        assert (value - initial[name]).abs().max() > 0 or name.endswith("norm.weight"), f"{name} did not move"
+        torch.testing.assert_close(published[name], value, rtol=0, atol=1e-6, msg=name)
+
+    # The 2-process checkpoint resumes in 1 process: the same weights, and optimizer state keyed by name.
+    resumed = Trainer(tiny_model_path, CONFIG)
+    assert resumed.load_checkpoint(two / "checkpoint") == 7 and resumed.version == 1 and resumed.updates == 1
+    for name, value in resumed.model.state_dict().items():
+        assert torch.equal(value, published[name]), name
+    for mine, theirs in zip(resumed.optimizer.state_dict()["state"].values(), single.optimizer.state_dict()["state"].values()):
+        torch.testing.assert_close(mine["exp_avg"], theirs["exp_avg"], rtol=1e-4, atol=1e-9)
+
+
+def _worker(model_path: str, batch_file: str, config_file: str, out: str) -> None:
+    from learner.distributed import init_distributed
+
+    torch.set_num_threads(1)
+    dist = init_distributed("cpu")
+    try:
+        config = msgspec.json.decode(Path(config_file).read_bytes(), type=LearnerConfig)
+        samples = msgspec.msgpack.decode(Path(batch_file).read_bytes(), type=list[Sample])
+        trainer = Trainer(model_path, config, distributed=dist)
+        metrics = trainer.update(samples)
+        folder = Path(out)
+        (folder / "policy").mkdir(parents=True, exist_ok=True)
+        trainer.publish(folder / "policy", keep=2)
+        trainer.save_checkpoint(folder / "checkpoint", step=7)
+        if dist.is_main:
+            (folder / "metrics.json").write_text(json.dumps(metrics))
+    finally:
+        dist.close()
+
+
+if __name__ == "__main__":
+    _worker(*sys.argv[1:])
