@@ -12,13 +12,11 @@ from __future__ import annotations
 import time
 
 from actors.chat import ChatContext
-from actors.inference.base import GenerationRequest
 from actors.parsing import parse_action
 from actors.prompts import agent_first_message
 from actors.sandbox import EpisodeFailed
-from engine.messages import PlayResult, PlayTask, Sample, TurnRecord
+from engine.messages import PlayResult, PlayTask, TurnRecord
 from engine.rewards import episode_return
-from storage.records import pack_floats, pack_ints, pack_mask
 
 
 async def play_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config, worker_id: str) -> PlayResult:
@@ -38,14 +36,7 @@ async def play_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config,
                 if budget < 8:
                     break  # context full: truncated
                 generation = await batcher.generate(
-                    GenerationRequest(
-                        prompt_ids=list(chat.ids),
-                        max_new_tokens=min(play_config.agent_max_tokens, budget),
-                        temperature=play_config.agent_temperature,
-                        top_p=play_config.top_p,
-                        top_k=play_config.top_k,
-                        role="agent",
-                    )
+                    chat.request("agent", max_new_tokens=min(play_config.agent_max_tokens, budget), temperature=play_config.agent_temperature, play_config=play_config)
                 )
                 tokens_generated += len(generation.completion_ids)
                 chat.add_assistant(generation)
@@ -79,19 +70,9 @@ async def play_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config,
     except EpisodeFailed as exc:
         status, failure = "failed", f"{exc.kind}: {exc.detail}"
     value = forced_return if forced_return is not None else episode_return(last_reward, terminated)
-    sample = Sample(
-        sample_id=task.task_id,
-        role="agent",
-        env_id=task.env_id,
-        skill=task.skill,
-        arm=task.arm,
-        step=task.step,
-        tokens=pack_ints(chat.ids),
-        loss_mask=pack_mask(chat.mask),
-        logprobs=pack_floats(chat.logprobs),
-        versions=pack_ints(chat.versions),
-        reward=value if status != "failed" else 0.0,
-        temperature=play_config.agent_temperature,
+    sample = chat.sample(
+        sample_id=task.task_id, role="agent", env_id=task.env_id, skill=task.skill, arm=task.arm, step=task.step,
+        reward=value if status != "failed" else 0.0, temperature=play_config.agent_temperature,
     )
     return PlayResult(
         task_id=task.task_id,

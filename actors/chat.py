@@ -13,7 +13,9 @@ stop token the model already produced.
 
 from __future__ import annotations
 
-from actors.inference.base import Generation
+from actors.inference.base import Generation, GenerationRequest, RequestRole
+from engine.messages import Arm, Role, Sample
+from storage.records import pack_floats, pack_ints, pack_mask
 
 
 class ChatContext:
@@ -72,6 +74,21 @@ class ChatContext:
                 text += stop_text  # the model sampled the end-of-turn token itself
         self._rendered = before + text
         self._prefill = ""
+
+    def request(self, role: RequestRole, *, max_new_tokens: int, temperature: float, play_config) -> GenerationRequest:
+        """A generation request continuing this context, with the run's top-p / top-k."""
+        return GenerationRequest(
+            prompt_ids=list(self.ids), max_new_tokens=max_new_tokens, temperature=temperature,
+            top_p=play_config.top_p, top_k=play_config.top_k, role=role,
+        )
+
+    def sample(self, *, sample_id: str, role: Role, env_id: str, skill: str, arm: Arm, step: int, reward: float, temperature: float) -> Sample:
+        """The context as a training sample (its reward and advantage are set later for the designer)."""
+        return Sample(
+            sample_id=sample_id, role=role, env_id=env_id, skill=skill, arm=arm, step=step,
+            tokens=pack_ints(self.ids), loss_mask=pack_mask(self.mask), logprobs=pack_floats(self.logprobs),
+            versions=pack_ints(self.versions), reward=reward, temperature=temperature,
+        )
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -13,12 +13,10 @@ from __future__ import annotations
 import time
 
 from actors.chat import ChatContext
-from actors.inference.base import GenerationRequest
 from actors.parsing import clean_hint, extract_code
 from actors.prompts import DESIGNER_SYSTEM, HINT_SYSTEM, designer_user_message, hint_user_message
 from actors.sandbox import validate_environment
-from engine.messages import DesignResult, DesignTask, Sample
-from storage.records import pack_floats, pack_ints, pack_mask
+from engine.messages import DesignResult, DesignTask
 
 # Validation plays up to the reference's turn cap; during training the pool caps episodes at play.max_turns.
 VALIDATION_MAX_TURNS = 25
@@ -28,14 +26,7 @@ async def write_hint(code: str, *, batcher, tokenizer, play_config) -> tuple[str
     chat = ChatContext(tokenizer, system=HINT_SYSTEM)
     chat.add_user(hint_user_message(code))
     generation = await batcher.generate(
-        GenerationRequest(
-            prompt_ids=list(chat.ids),
-            max_new_tokens=play_config.hint_max_tokens,
-            temperature=play_config.hint_temperature,
-            top_p=play_config.top_p,
-            top_k=play_config.top_k,
-            role="hint",
-        )
+        chat.request("hint", max_new_tokens=play_config.hint_max_tokens, temperature=play_config.hint_temperature, play_config=play_config)
     )
     return clean_hint(generation.text), len(generation.completion_ids)
 
@@ -45,14 +36,7 @@ async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play
     chat = ChatContext(tokenizer, system=DESIGNER_SYSTEM)
     chat.add_user(designer_user_message(task), prefill=play_config.designer_prefill)
     generation = await batcher.generate(
-        GenerationRequest(
-            prompt_ids=list(chat.ids),
-            max_new_tokens=play_config.designer_max_tokens,
-            temperature=play_config.designer_temperature,
-            top_p=play_config.top_p,
-            top_k=play_config.top_k,
-            role="designer",
-        )
+        chat.request("designer", max_new_tokens=play_config.designer_max_tokens, temperature=play_config.designer_temperature, play_config=play_config)
     )
     tokens = len(generation.completion_ids)
     chat.add_assistant(generation)
@@ -66,19 +50,9 @@ async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play
         tokens += hint_tokens
         if hint:
             verdict = await validate_environment(pool, code, hint=hint, max_turns=VALIDATION_MAX_TURNS)
-    sample = Sample(
-        sample_id=task.task_id,
-        role="designer",
-        env_id=task.task_id,
-        skill=task.skill,
-        arm="design",
-        step=task.step,
-        tokens=pack_ints(chat.ids),
-        loss_mask=pack_mask(chat.mask),
-        logprobs=pack_floats(chat.logprobs),
-        versions=pack_ints(chat.versions),
-        reward=0.0,
-        temperature=play_config.designer_temperature,
+    sample = chat.sample(
+        sample_id=task.task_id, role="designer", env_id=task.task_id, skill=task.skill, arm="design", step=task.step,
+        reward=0.0, temperature=play_config.designer_temperature,
     )
     return DesignResult(
         task_id=task.task_id,

@@ -45,7 +45,7 @@ class LiveView:
             + f"envs {m['active_envs']}  "
             f"win {m['win_rate_no_hint']:.2f} -> {m['win_rate_hint']:.2f} with hint  "
             f"regret {m['mean_regret']:+.2f}  learnable {m['learnable_share']:.2f}  "
-            f"{m['tokens_per_s']:.0f} tok/s  loss {m['learner_loss']:+.4f}  stale {m['staleness']:.2f}"
+            f"{m['tokens_per_s']:.0f} tok/s  loss {m['learner_loss']:+.4f}  stale {m['staleness']:.2f}  sandbox {m.get('sandbox', '?')}"
         )
 
     def close(self) -> None:

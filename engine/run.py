@@ -177,6 +177,8 @@ class Engine:
                     self._learner_ident = ident
                     self.policy_version = message.policy_version  # > 0 when it resumed from a checkpoint
                     self.policy_path = message.policy_path
+                    if message.policy_version > 0:
+                        await self.dispatcher.broadcast(PolicyUpdate(version=message.policy_version, path=message.policy_path))
                     self._learner_ready.set()
                 case PolicyPublished():
                     self.policy_version = message.version
@@ -197,7 +199,7 @@ class Engine:
         if level != self.isolation:
             self.isolation = level
             self.paths.update_meta(sandbox_isolation=level)
-            if level in ("rlimits", "unshare"):
+            if not level.startswith("bubblewrap"):
                 self.view.line(f"WARNING: the sandbox runs with weak isolation ({level}); install bubblewrap for full isolation")
 
     async def wait_for_version(self, version: int, label: str) -> None:
