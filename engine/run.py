@@ -528,27 +528,20 @@ class Engine:
         if first:
             self.view.line(f"resume: {first} steps done; continuing at step {first + 1} of {steps}")
         await self.catch_up_learner()
-        for step in range(first, steps):
-            started = time.monotonic()
-            tokens_before = self._tokens_total
-            await self.wait_for_version(step - cfg.run.max_staleness, f"step {step + 1}")
-            envs_requested = envs_valid = 0
+        step = first
+        while step < steps:
+            epoch_end = min(steps, (step // self.k + 1) * self.k)
+            designs = (0, 0, 0)
+            epoch_started = time.monotonic()
             if step % self.k == 0:
-                active, envs_requested, envs_valid = await self.refresh(step)
+                await self.wait_for_version(step - cfg.run.max_staleness, f"step {step + 1}")
+                before = self._tokens_total
+                active, requested, valid = await self.refresh(step)
+                designs = (requested, valid, self._tokens_total - before)
             if not active:
                 raise EngineError("no valid environment to play: every design failed and there are no seed environments")
-            results = await self._run_tasks(f"step {step + 1}: plays", self._play_tasks(step, active))
-            plays = self._store_plays(step, results)
-            samples, zero_groups = self.agent_samples(plays)
-            samples, too_stale = self.drop_stale(samples)
-            self.close_window(step, len(samples))
-            if step % self.k == 0:
-                self.update_memory(step, active, plays)
-            due = self.designer_due.pop(step, [])
-            self.step_stats[step] = self._stats(step, plays, results, samples, due, zero_groups, envs_requested, envs_valid, time.monotonic() - started, self._tokens_total - tokens_before)
-            self.step_stats[step]["dropped_stale"] = too_stale
-            last = step == steps - 1
-            await self.send_batch(step, samples + due, checkpoint=last and not self.designer_due.get(steps), active=active)
+            await self.run_epoch(range(step, epoch_end), active, designs, epoch_started)
+            step = epoch_end
         flush = self.designer_due.pop(steps, [])
         if flush:  # designer samples whose reward fell due after the last step (the reference flushes them too)
             await self.send_batch(steps, flush, checkpoint=True)
@@ -558,6 +551,46 @@ class Engine:
             state.finished = True
             state.policy_version = self.policy_version
             batch.put_state(state)
+
+    async def run_epoch(self, steps: range, active: list[ActiveEnv], designs: tuple[int, int, int], epoch_started: float) -> None:
+        """The steps between two refreshes. A step's plays start as soon as admission allows (the learner at most
+        `run.max_staleness` versions behind it), so with a bound above 0 later steps play while earlier ones
+        finish and train; each step's batch is built and sent in step order once its plays are in."""
+        bound = self.config.run.max_staleness
+        done = {step: trio.Event() for step in steps}
+        results: dict[int, list] = {}
+        started: dict[int, float] = {}
+
+        async def play(step: int) -> None:
+            results[step] = await self._run_tasks(f"step {step + 1}: plays", self._play_tasks(step, active))
+            done[step].set()
+
+        async def admit(nursery) -> None:
+            for step in steps:
+                await self.wait_for_version(step - bound, f"step {step + 1}")
+                started[step] = epoch_started if step == steps.start else time.monotonic()  # a refresh counts
+                nursery.start_soon(play, step)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(admit, nursery)
+            for step in steps:
+                await done[step].wait()
+                requested, valid, design_tokens = designs if step == steps.start else (0, 0, 0)
+                await self.finish_step(step, results.pop(step), active, requested, valid, design_tokens, time.monotonic() - started[step])
+
+    async def finish_step(self, step, results, active, envs_requested, envs_valid, design_tokens, seconds) -> None:
+        plays = self._store_plays(step, results)
+        samples, zero_groups = self.agent_samples(plays)
+        samples, too_stale = self.drop_stale(samples)
+        self.close_window(step, len(samples))
+        if step % self.k == 0:
+            self.update_memory(step, active, plays)
+        due = self.designer_due.pop(step, [])
+        tokens = design_tokens + sum(r.tokens_generated for r in plays)
+        stats = self._stats(step, plays, results, samples, due, zero_groups, envs_requested, envs_valid, seconds, tokens)
+        self.step_stats[step] = {**stats, "dropped_stale": too_stale}
+        last = step == self.config.run.steps - 1
+        await self.send_batch(step, samples + due, checkpoint=last and not self.designer_due.get(self.config.run.steps), active=active)
 
     def _count_tokens(self, result) -> None:
         if isinstance(result, (DesignResult, PlayResult)):

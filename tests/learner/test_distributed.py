@@ -6,6 +6,7 @@ worker: one `Trainer.update` on the batch file, `publish`, `save_checkpoint`, an
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,16 +16,23 @@ import msgspec
 import numpy as np
 import pytest
 import torch
+import trio
+import zmq
 
-from engine.config import LearnerConfig
-from engine.messages import Sample
+from engine.config import Config, LearnerConfig, dump_config
+from engine.messages import LearnerHello, LearnerToEngine, PolicyPublished, Sample, Shutdown, TrainBatch
+from engine.paths import RunPaths
+from engine.transport import open_socket
 from learner.distributed import learner_command, split_by_tokens
 from learner.trainer import Trainer
 from storage.records import pack_floats, pack_ints, pack_mask
 
 REPO = Path(__file__).resolve().parents[2]
-# Small micro-batches, so the two ranks run different numbers of them (one pads with an empty pass).
-CONFIG = LearnerConfig(learning_rate=1e-4, micro_batch_tokens=24, kl_coef=0.05, device="cpu")
+# Small micro-batches, so the two ranks run different numbers of them (one pads with an empty pass). AdamW's
+# first step moves every weight by about lr * sign(g), which magnifies float round-off where g is ~0 to ~2% of
+# lr: lr = 1e-5 keeps that below the 1e-6 tolerance while every weight still moves by ~1e-5. The gradient
+# itself is compared through grad_norm (an averaging instead of summing over ranks would halve it).
+CONFIG = LearnerConfig(learning_rate=1e-5, micro_batch_tokens=24, kl_coef=0.05, device="cpu")
 
 
 def make_samples(seed: int = 0) -> list[Sample]:
@@ -98,7 +106,7 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_
     two = tmp_path / "two"
     metrics = json.loads((two / "metrics.json").read_text())
     for name in ("loss", "loss_agent", "loss_designer", "grad_norm", "behaviour_weight_mean", "mismatch_k3", "kl_ref"):
-        assert metrics[name] == pytest.approx(single_metrics[name], rel=1e-5, abs=1e-7), name
+        assert metrics[name] == pytest.approx(single_metrics[name], rel=1e-6, abs=1e-7), name
     assert metrics["trained_tokens"] == single_metrics["trained_tokens"] and metrics["world_size"] == 2.0
 
     from transformers import AutoModelForCausalLM
@@ -108,8 +116,9 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_
     assert published.keys() == expected.keys()
     initial = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()
     for name, value in expected.items():
-        assert (value - initial[name]).abs().max() > 0 or name.endswith("norm.weight"), f"{name} did not move"
-        torch.testing.assert_close(published[name], value, rtol=0, atol=1e-6, msg=name)
+        update = value - initial[name]
+        assert update.abs().max() > 5e-6, f"{name} did not move"
+        torch.testing.assert_close(published[name] - initial[name], update, rtol=0, atol=1e-6, msg=name)
 
     # The 2-process checkpoint resumes in 1 process: the same weights, and optimizer state keyed by name.
     resumed = Trainer(tiny_model_path, CONFIG)
@@ -118,6 +127,50 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_
         assert torch.equal(value, published[name]), name
     for mine, theirs in zip(resumed.optimizer.state_dict()["state"].values(), single.optimizer.state_dict()["state"].values()):
         torch.testing.assert_close(mine["exp_avg"], theirs["exp_avg"], rtol=1e-4, atol=1e-9)
+
+
+def test_learner_process_under_torchrun_serves_the_engine_and_resumes(tiny_model_path, tmp_path):
+    """`learner_command` with world_size 2: hello, one batch (checkpointed), shutdown; a restart resumes."""
+    paths = RunPaths(tmp_path / "run")
+    paths.root.mkdir()
+    config = Config(learner=LearnerConfig(world_size=2, device="cpu", threads=1, learning_rate=1e-4))
+    paths.config.write_text(dump_config(config))
+    paths.update_meta(model_path=tiny_model_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+    async def engine(batch: TrainBatch | None) -> tuple[LearnerHello, PolicyPublished | None]:
+        async with open_socket(zmq.ROUTER, paths.learner_address, bind=True, decode=LearnerToEngine) as sock:
+            with open(tmp_path / "learner.log", "ab") as log:
+                child = subprocess.Popen(
+                    learner_command(sys.executable, paths.root, 2), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            try:
+                with trio.fail_after(120):
+                    ident, hello = await sock.receive_from()
+                    published = None
+                    if batch is not None:
+                        await sock.send_to(ident, batch)
+                        _, published = await sock.receive_from()
+                    await sock.send_to(ident, Shutdown(reason="test"))
+                    assert await trio.to_thread.run_sync(child.wait) == 0
+            finally:
+                if child.poll() is None:
+                    os.killpg(child.pid, signal.SIGKILL)  # torchrun and its ranks, by the handle's group
+                    child.wait()
+            return hello, published
+
+    try:
+        hello, published = trio.run(engine, TrainBatch(step=4, samples=make_samples(), checkpoint=True))
+        assert hello.policy_version == 0 and hello.policy_path == tiny_model_path
+        assert isinstance(published, PolicyPublished) and published.version == 1 and published.step == 4
+        assert published.metrics["world_size"] == 2.0 and published.metrics["trained_samples"] == 5.0
+        assert Path(published.path) == paths.policy_version_dir(1) and (paths.checkpoints / "latest" / "trainer_state.pt").is_file()
+        hello, _ = trio.run(engine, None)
+        assert hello.policy_version == 1 and hello.policy_path == str(paths.policy_version_dir(1))
+    except BaseException:
+        print((tmp_path / "learner.log").read_text()[-6000:])
+        raise
 
 
 def _worker(model_path: str, batch_file: str, config_file: str, out: str) -> None:

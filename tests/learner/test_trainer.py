@@ -43,3 +43,85 @@ def test_kl_to_reference_loads_a_frozen_copy(tiny_model_path):
     assert trainer.reference is not None and not any(p.requires_grad for p in trainer.reference.parameters())
     metrics = trainer.update([_sample("agent", [5, 6, 7, 8], 1.0, "a")])
     assert metrics["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # before the step the policy is the reference
+
+
+def _on_policy_samples(model_path, n=6):
+    """Samples whose behaviour log-probs are the initial model's own: mu = pi_prox before the first step."""
+    from transformers import AutoModelForCausalLM
+
+    from learner.logprobs import token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    generator = torch.Generator().manual_seed(0)
+    samples = []
+    for i in range(n):
+        tokens = torch.randint(5, 4000, (1, 8 + i), generator=generator)
+        with torch.no_grad():
+            behaviour = token_logprobs(model, tokens, torch.ones_like(tokens), 1.0)[0]
+        n_tokens = tokens.shape[1]
+        samples.append(Sample(
+            sample_id=f"p{i}", role="agent" if i % 2 else "designer", env_id="e", skill="k", arm="hint", step=0,
+            tokens=pack_ints(tokens[0].tolist()), loss_mask=pack_mask([0, 0] + [1] * (n_tokens - 2)),
+            logprobs=pack_floats([0.0, 0.0] + behaviour[2:].tolist()), versions=pack_ints([-1, -1] + [0] * (n_tokens - 2)),
+            reward=0.0, advantage=1.0 if i % 3 else -1.0, temperature=1.0,
+        ))
+    return samples
+
+
+def test_mini_batches_reuse_the_proximal_logprobs_from_before_the_first_step(tiny_model_path):
+    samples = _on_policy_samples(tiny_model_path)
+    trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=3e-2, mini_batches=3, micro_batch_tokens=24))
+    metrics = trainer.update(samples)
+    assert metrics["optimizer_step"] == 3 and trainer.optimizer_steps == 3 and trainer.updates == 1
+    # pi_prox / mu is 1 on every token only if pi_prox was computed before the first step ...
+    assert metrics["mismatch_k3"] < 1e-6 and metrics["behaviour_weight_max"] == pytest.approx(1.0, abs=1e-3)
+    # ... and the later mini-batches then see pi_theta move away from it, so some tokens clip.
+    assert metrics["clip_fraction"] > 0.0
+
+
+def test_one_mini_batch_is_plain_grpo_on_policy(tiny_model_path):
+    samples = _on_policy_samples(tiny_model_path)
+    metrics = Trainer(tiny_model_path, LearnerConfig(learning_rate=3e-2)).update(samples)
+    assert metrics["optimizer_step"] == 1 and metrics["clip_fraction"] == 0.0 and metrics["masked_fraction"] == 0.0
+    assert metrics["mismatch_k3"] < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("schedule", "expected"),
+    [
+        ("constant", [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]),
+        ("linear", [0.5, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0]),
+        ("cosine", [0.5, 1.0, 1.0, 0.8535533905932737, 0.5, 0.14644660940672627, 0.0]),
+    ],
+)
+def test_lr_schedules(schedule, expected):
+    from learner.trainer import lr_factor
+
+    config = LearnerConfig(lr_schedule=schedule, warmup_steps=2, total_steps=6)
+    assert [lr_factor(config, step) for step in range(7)] == pytest.approx(expected)  # step 6 is past the end
+    assert lr_factor(LearnerConfig(lr_schedule="cosine"), 10_000) == 1.0  # total_steps = 0: no decay
+
+
+def test_learning_rate_is_logged_per_update(tiny_model_path):
+    config = LearnerConfig(learning_rate=1e-3, lr_schedule="linear", warmup_steps=1, total_steps=3)
+    trainer = Trainer(tiny_model_path, config)
+    sample = _sample("agent", [5, 6, 7, 8], 1.0, "a")
+    assert [trainer.update([sample])["learning_rate"] for _ in range(3)] == pytest.approx([1e-3, 1e-3, 0.5e-3])
+
+
+def test_bad_learner_config_is_named():
+    with pytest.raises(ValueError, match=r"^learner.mini_batches must be at least 1 \(got 0\)$"):
+        Trainer("unused", LearnerConfig(mini_batches=0))
+    with pytest.raises(ValueError, match=r"^learner.total_steps \(2\) must exceed learner.warmup_steps \(2\), or be 0 for no decay$"):
+        Trainer("unused", LearnerConfig(warmup_steps=2, total_steps=2))
+
+
+def test_update_logs_what_the_issue_asks_for(tiny_model_path):
+    trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-3, micro_batch_tokens=16))
+    metrics = trainer.update([_sample("agent", [5, 6, 7, 8, 9], 1.0, "a1"), _sample("designer", [1, 2, 3, 4], -1.0, "d1")])
+    for name in (
+        "loss_agent", "loss_designer", "clip_fraction", "behaviour_weight_mean", "behaviour_weight_max", "masked_fraction",
+        "mismatch_k3", "staleness_0", "grad_norm", "learner_tokens_per_s", "learning_rate", "padding_fraction",
+    ):
+        assert name in metrics, name
+    assert metrics["grad_norm"] > 0 and metrics["learner_tokens_per_s"] > 0
