@@ -86,7 +86,7 @@ def _overrides(args) -> list[str]:
 
 def cmd_up(args) -> int:
     from engine.config import ConfigError, dump_config, load_config
-    from engine.curriculum import CorpusError, load_corpus, load_seeds
+    from engine.curriculum import CorpusError, load_corpus
     from engine.models import ModelError, check_model_folder, ensure_default_model
     from engine.paths import RunPaths
 
@@ -98,6 +98,7 @@ def cmd_up(args) -> int:
         model_path = check_model_folder(config.model.path) if config.model.path else None
     except (ConfigError, CorpusError, ModelError) as exc:
         raise UsageError(str(exc)) from None
+    seeds = _seeds(config)
     run_dir = Path(config.run.run_dir or f"runs/{datetime.datetime.now():%Y%m%d-%H%M%S}")
     paths = RunPaths(run_dir)
     if paths.config.exists():
@@ -113,12 +114,20 @@ def cmd_up(args) -> int:
     paths.update_meta(model_path=str(model_path), started=datetime.datetime.now().isoformat(), argv=sys.argv[1:])
     print(f"run directory: {paths.root}")
     print(f"model: {model_path}")
-    return _run_engine(config, paths, load_seeds(), live=not args.no_live)
+    return _run_engine(config, paths, seeds, live=not args.no_live)
+
+
+def _seeds(config):
+    from engine.curriculum import SEEDS_DIR, load_seeds
+
+    folder = Path(config.curriculum.seeds) if config.curriculum.seeds else SEEDS_DIR
+    if not (folder / "manifest.json").is_file():
+        raise UsageError(f"curriculum.seeds: {folder} has no manifest.json (a list of {{file, skill, hint}})")
+    return load_seeds(folder)
 
 
 def _resume(args) -> int:
     from engine.config import ConfigError, dump_config, read_config_file
-    from engine.curriculum import load_seeds
     from engine.paths import RunPaths
 
     paths = RunPaths(args.resume)
@@ -133,7 +142,7 @@ def _resume(args) -> int:
         raise UsageError(str(exc)) from None
     paths.config.write_text(dump_config(config))
     print(f"resuming run directory: {paths.root}")
-    return _run_engine(config, paths, load_seeds(), live=not args.no_live)
+    return _run_engine(config, paths, _seeds(config), live=not args.no_live)
 
 
 def _run_engine(config, paths, seeds, *, live: bool) -> int:

@@ -59,6 +59,8 @@ class CurriculumConfig(_Section):
     memory_negatives: int = 1
     example_code_chars: int = 1500  # characters of each memory example's code shown to the designer (reference: 2000)
     reuse_valid_envs: bool = True  # a slot whose designs all fail plays an earlier valid environment of its skill
+    design: bool = True  # false: no designer at all, only the seed environments are played (a fixed-env baseline)
+    seeds: str = ""  # a folder with seed environments and manifest.json; empty: actors/seeds
 
 
 class PlayConfig(_Section):
@@ -133,12 +135,17 @@ class SandboxConfig(_Section):
 
 
 class InferenceConfig(_Section):
-    backend: Literal["transformers", "scripted", "vllm"] = "transformers"
+    backend: Literal["transformers", "scripted", "timed", "vllm"] = "transformers"  # timed: benchmarks only
     max_batch: int = 16  # requests batched into one generate call
     batch_wait_s: float = 0.05  # how long the batcher waits for more requests before generating
     script: str = ""  # scripted backend: a JSON file {"designer": [...], "hint": [...], "agent": [...]}
     threads: int = 0  # torch threads in the worker; 0: all cores
     concurrency: int = 32  # episodes a worker runs at once
+    # The timed benchmark backend: log-normal completion lengths, a fixed time per token per request.
+    timed_seconds_per_token: float = 0.001
+    timed_median_tokens: float = 300.0
+    timed_sigma: float = 1.0
+    timed_max_tokens: int = 8192
 
 
 class WorkerConfig(_Section):

@@ -272,7 +272,7 @@ class Engine:
         memory = list(self.store.memory())
         chosen: list[ActiveEnv | None] = [None] * len(skills)
         requested = 0
-        for attempt in range(1, c.design_attempts + 1):
+        for attempt in range(1, c.design_attempts + 1 if c.design else 1):
             open_slots = [i for i, env in enumerate(chosen) if env is None]
             if not open_slots:
                 break
@@ -295,7 +295,7 @@ class Engine:
                         chosen[slot] = ActiveEnv(env_id=record.env_id, skill=record.skill, code=record.code, hint=record.hint, designed_now=True, class_name=_class_name(record.code))
         valid = sum(1 for env in chosen if env is not None)
         for i, env in enumerate(chosen):
-            if env is None and c.reuse_valid_envs:
+            if env is None and (c.reuse_valid_envs or not c.design):
                 chosen[i] = self._reuse(skills[i], {e.env_id for e in chosen if e is not None})
         active = [env for env in chosen if env is not None]
         return active, requested, valid
@@ -524,6 +524,7 @@ class Engine:
         self._seed_memory()
         state = self.store.state()
         first = state.steps_done
+        self.paths.update_meta(curriculum_started=time.time())
         active = self.restore(state) if first else []
         if first:
             self.view.line(f"resume: {first} steps done; continuing at step {first + 1} of {steps}")

@@ -64,6 +64,14 @@ def build_backend(config, model_path: str) -> InferenceBackend:
         from actors.inference.scripted import ScriptedBackend
 
         return ScriptedBackend(model_path, config.inference.script, seed=config.run.seed)
+    if kind == "timed":
+        from actors.inference.timed import TimedBackend
+
+        i = config.inference
+        return TimedBackend(
+            model_path, seconds_per_token=i.timed_seconds_per_token, median_tokens=i.timed_median_tokens,
+            sigma=i.timed_sigma, max_tokens=i.timed_max_tokens, seed=config.run.seed,
+        )
     if kind == "vllm":
         raise NotImplementedError("the vLLM backend is not implemented yet: use inference.backend = 'transformers'")
     raise ValueError(f"unknown inference backend {kind!r}")

@@ -6,7 +6,7 @@
     batcher.request_weights(version, path)            # applied before the next batch
 
 The backend runs in one worker thread owned by `run`; the request channel is bounded, so actors wait when the
-backend falls behind.
+backend falls behind. A natively concurrent backend (one with `generate_async`) gets each request as it comes.
 """
 
 from __future__ import annotations
@@ -71,7 +71,29 @@ class Batcher:
             self._weights = None
             await trio.to_thread.run_sync(self.backend.load_weights, path, version)
 
+    async def _serve_one(self, pending: _Pending) -> None:
+        if self._weights is not None:
+            version, path = self._weights
+            self._weights = None
+            self.backend.load_weights(path, version)
+        started = time.perf_counter()
+        try:
+            pending.result = await self.backend.generate_async(pending.request)
+            self._tokens += len(pending.result.completion_ids)
+        except Exception as exc:
+            pending.result = exc
+        self._busy += time.perf_counter() - started
+        self._batches += 1
+        self._requests += 1
+        pending.done.set()
+
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        if hasattr(self.backend, "generate_async"):  # natively concurrent: each request as it comes
+            async with trio.open_nursery() as nursery:
+                task_status.started()
+                async for pending in self._receive:
+                    nursery.start_soon(self._serve_one, pending)
+            return
         task_status.started()
         while True:
             first = await self._receive.receive()

@@ -1,0 +1,135 @@
+"""bin/bench async: the real engine, synchronous (eta = 0) against asynchronous (eta = 4), on a timed fake backend.
+
+Both runs use the real processes, ZeroMQ messages, sandbox, LMDB storage and learner loop. The workload is
+fixed so the figure means something:
+- episode (completion) lengths are log-normal, median 300 tokens, sigma 1.0, capped at 8,192;
+- generation costs a fixed time per token for each concurrent request (`--ms-per-token`);
+- the learner's step takes as long as the mean generation time of one batch (one step's plays in the
+  synchronous engine, i.e. the mean of the slowest of its episodes, computed by Monte Carlo from the same
+  distribution), simulated by `learner.simulated_update_s` (the loop, publishing and messages stay real).
+Environments: one single-turn seed environment per skill (no designer), so each play is one generation.
+Samples/s = agent samples sent to the learner / wall time from the first step to the last published version.
+Ends with one JSON line {"bench": "async", "ratio": async / sync, "target": 2.5, ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+ENV = '''import random
+import re
+
+
+class OneShotEnv:
+    """Answer 1 or 2 once."""
+
+    def __init__(self, max_turns=1, **kwargs):
+        self.max_turns = max_turns
+        self.reset()
+
+    def reset(self, seed=None):
+        self._rng = random.Random(seed)
+        self.target = self._rng.randint(1, 2)
+        self.turn_count = 0
+        return f"Game {self._rng.randint(0, 99999)}: answer 1 or 2 as \\\\boxed{{n}}.", {}
+
+    def step(self, action):
+        self.turn_count += 1
+        match = re.search(r"\\\\boxed\\{(.*?)\\}", action)
+        guess = (match.group(1) if match else action).strip()
+        return "Done.", 1.0 if guess == str(self.target) else 0.0, True, False, {}
+
+    def solution(self):
+        return [str(self.target)]
+'''
+
+
+def mean_batch_seconds(plays: int, seconds_per_token: float, median: float, sigma: float, cap: int, trials: int = 20000) -> float:
+    rng = random.Random(0)
+    total = 0.0
+    for _ in range(trials):
+        total += max(min(int(rng.lognormvariate(math.log(median), sigma)), cap) for _ in range(plays))
+    return total / trials * seconds_per_token
+
+
+def run(mode: str, eta: int, args, root: Path, model: Path, seeds: Path, learner_s: float) -> dict:
+    run_dir = root / mode
+    sets = {
+        "inference.backend": '"timed"',
+        "inference.timed_seconds_per_token": str(args.ms_per_token / 1000),
+        "inference.concurrency": "512",
+        "inference.max_batch": "512",
+        "run.max_staleness": str(eta),
+        "curriculum.design": "false",
+        "curriculum.seeds": json.dumps(str(seeds)),
+        "curriculum.skills": '["A", "B"]',
+        "curriculum.skills_per_refresh": "2",
+        "curriculum.envs_per_step": "2",
+        "curriculum.refresh_interval": str(args.steps),
+        "play.plays_per_env": str(args.plays // 4),
+        "play.hint_plays_per_env": str(args.plays // 4),
+        "play.max_turns": "1",
+        "play.agent_max_tokens": "8192",
+        "play.max_context_tokens": "16384",
+        "sandbox.workers": str(args.plays * (eta + 1) + 4),
+        "learner.simulated_update_s": str(learner_s),
+    }
+    command = [sys.executable, "-m", "engine.cli", "up", "--no-live", "--model", str(model), "--run-dir", str(run_dir), "--steps", str(args.steps)]
+    for key, value in sets.items():
+        command += ["--set", f"{key}={value}"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        raise SystemExit(f"{mode} run failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    started = json.loads((run_dir / "run.json").read_text())["curriculum_started"]
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    samples = sum(m.get("agent_samples", 0) for m in lines)
+    seconds = max(m["time"] for m in lines) - started
+    return {"samples": samples, "seconds": seconds, "samples_per_s": samples / seconds, "max_staleness": eta}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--plays", type=int, default=16, help="plays per step (2 environments, half with the hint)")
+    parser.add_argument("--ms-per-token", type=float, default=2.0)
+    args = parser.parse_args()
+    from learner.tiny_model import build_tiny_model
+
+    with tempfile.TemporaryDirectory(prefix="bench-async-") as tmp:
+        root = Path(tmp)
+        model = build_tiny_model(root / "tiny")
+        seeds = root / "seeds"
+        seeds.mkdir()
+        manifest = []
+        for skill in ("A", "B"):  # one file per skill: a seed's env id is its file name
+            (seeds / f"one_shot_{skill}.py").write_text(ENV)
+            manifest.append({"file": f"one_shot_{skill}.py", "skill": skill, "hint": "Either number may be right."})
+        (seeds / "manifest.json").write_text(json.dumps(manifest))
+        learner_s = mean_batch_seconds(args.plays, args.ms_per_token / 1000, 300, 1.0, 8192)
+        print(f"workload: {args.steps} steps x {args.plays} plays, {args.ms_per_token} ms/token, log-normal(300, 1.0) <= 8192 tokens; learner step {learner_s:.2f} s")
+        sync = run("sync", 0, args, root, model, seeds, learner_s)
+        print(f"sync  (eta=0): {sync['samples']} samples in {sync['seconds']:.1f} s = {sync['samples_per_s']:.2f} samples/s")
+        asyn = run("async", 4, args, root, model, seeds, learner_s)
+        print(f"async (eta=4): {asyn['samples']} samples in {asyn['seconds']:.1f} s = {asyn['samples_per_s']:.2f} samples/s")
+    ratio = asyn["samples_per_s"] / sync["samples_per_s"]
+    print(json.dumps({
+        "bench": "async", "ratio": round(ratio, 3), "target": 2.5,
+        "sync_samples_per_s": round(sync["samples_per_s"], 3), "async_samples_per_s": round(asyn["samples_per_s"], 3),
+        "learner_step_s": round(learner_s, 3), "steps": args.steps, "plays_per_step": args.plays, "ms_per_token": args.ms_per_token,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
