@@ -95,9 +95,11 @@ class Distributed:
             return tensor
         import torch.distributed as dist
 
-        moved = tensor.to(self._object_device())
+        target = self._object_device()
+        moved = tensor if target is None or tensor.device == target else tensor.to(target)
         dist.all_reduce(moved, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
-        tensor.copy_(moved)
+        if moved is not tensor:
+            tensor.copy_(moved)
         return tensor
 
     def barrier(self) -> None:

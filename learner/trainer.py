@@ -206,8 +206,9 @@ class Trainer:
         plan = self._plan(rows, set(trainable))
         weights = {"agent": self.config.agent_weight, "designer": self.config.designer_weight}
         proximal = self._proximal_logprobs(rows, plan) if len(plan) > 1 else {}
-        sums = torch.zeros(len(_SUMS), dtype=torch.float64)
-        weight_max = torch.zeros(1, dtype=torch.float64)
+        # Statistics stay on the device until the end of the update: one transfer, no sync per micro-batch.
+        sums = torch.zeros(len(_SUMS), dtype=torch.float64, device=self.device)
+        weight_max = torch.zeros(1, dtype=torch.float64, device=self.device)
         grad_norms, lr = [], self.optimizer.param_groups[0]["lr"]
         for number, mini in enumerate(plan):
             if not mini.trainable:
@@ -228,22 +229,8 @@ class Trainer:
                 loss = aggregate(losses, kept, batch.roles, weights, role_tokens=mini.role_tokens)
                 loss.backward()
                 with torch.no_grad():
-                    per_role = [
-                        float(aggregate(losses, kept, batch.roles, {r: (w if r == role else 0.0) for r, w in weights.items()}, role_tokens=mini.role_tokens))
-                        if role in batch.roles else 0.0
-                        for role in ("agent", "designer")
-                    ]
-                    tokens, kept_tokens = float(stats["tokens"]), float(stats["kept_tokens"])
-                    sums += torch.tensor([
-                        float(loss), *per_role,
-                        float(stats["clip_fraction"]) * kept_tokens,
-                        float(stats["behaviour_weight_mean"]) * tokens,
-                        float(stats["masked_fraction"]) * tokens,
-                        float(stats["mismatch_k3"]) * tokens,
-                        float(stats["kl_ref"]) * kept_tokens,
-                        tokens, kept_tokens,
-                    ], dtype=torch.float64)
-                    weight_max = torch.maximum(weight_max, torch.tensor([float(stats["behaviour_weight_max"])], dtype=torch.float64))
+                    sums += self._micro_sums(loss, losses, kept, stats, batch.roles, weights, mini.role_tokens)
+                    weight_max = torch.maximum(weight_max, stats["behaviour_weight_max"].double())
             lr = self.optimizer.param_groups[0]["lr"]
             grad_norms.append(self._step())
         if grad_norms:
@@ -252,6 +239,24 @@ class Trainer:
         self.dist.all_reduce_(weight_max, op="max")
         seconds = time.perf_counter() - started
         return self._metrics(rows, trainable, plan, dict(zip(_SUMS, sums.tolist())), float(weight_max), grad_norms, lr, seconds)
+
+    @staticmethod
+    def _micro_sums(loss, losses, kept, stats, roles, weights, role_tokens) -> torch.Tensor:
+        """This micro-batch's share of `_SUMS`: means weighted by their token counts, so they add up."""
+        per_role = []
+        for role in ROLES:
+            only = {r: (w if r == role else 0.0) for r, w in weights.items()}
+            per_role.append(aggregate(losses, kept, roles, only, role_tokens=role_tokens) if role in roles else loss.new_zeros(()))
+        tokens, kept_tokens = stats["tokens"], stats["kept_tokens"]
+        return torch.stack([
+            loss.detach(), *per_role,
+            stats["clip_fraction"] * kept_tokens,
+            stats["behaviour_weight_mean"] * tokens,
+            stats["masked_fraction"] * tokens,
+            stats["mismatch_k3"] * tokens,
+            stats["kl_ref"] * kept_tokens,
+            tokens, kept_tokens,
+        ]).double()
 
     def _plan(self, rows: list[_Row], trainable: set[int]) -> list[_MiniBatch]:
         """Mini-batches (sample i in mini-batch i mod M), each split over the ranks, then into micro-batches."""

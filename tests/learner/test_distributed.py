@@ -38,7 +38,9 @@ CONFIG = LearnerConfig(learning_rate=1e-5, micro_batch_tokens=24, kl_coef=0.05, 
 def make_samples(seed: int = 0) -> list[Sample]:
     """6 mixed-role samples of different lengths, prompt tokens masked, one with zero advantage."""
     rng = np.random.default_rng(seed)
-    shapes = [("agent", 9, 1.0), ("designer", 20, 0.5), ("agent", 14, -1.0), ("agent", 7, 0.0), ("designer", 12, -0.5), ("agent", 17, 0.8)]
+    # Split over 2 ranks in micro-batches of 24 tokens, one rank runs an empty pass: with 1 mini-batch in the
+    # update, with 2 in mini-batch 1 (both in the proximal pass and in the update).
+    shapes = [("agent", 9, 1.0), ("designer", 20, 0.5), ("agent", 7, 0.0), ("agent", 14, -1.0), ("designer", 12, -0.5), ("agent", 17, 0.8)]
     samples = []
     for n, (role, length, advantage) in enumerate(shapes):
         prompt = 3 + n % 3
@@ -77,12 +79,17 @@ def test_split_by_tokens_balances_and_is_deterministic():
     assert split_by_tokens([3], 2) == [[0], []]
 
 
-def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_path):
+@pytest.mark.parametrize(
+    "config",
+    [CONFIG, msgspec.structs.replace(CONFIG, mini_batches=2, kl_coef=0.0)],
+    ids=["one-step-with-kl", "two-mini-batches"],
+)
+def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_path, config):
     samples = make_samples()
     batch_file = tmp_path / "batch.msgpack"
     batch_file.write_bytes(msgspec.msgpack.encode(samples))
     config_file = tmp_path / "learner.json"
-    config_file.write_bytes(msgspec.json.encode(CONFIG))
+    config_file.write_bytes(msgspec.json.encode(config))
     env = {
         **os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -92,15 +99,19 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_
         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
         __file__, tiny_model_path, str(batch_file), str(config_file), str(tmp_path / "two"),
     ]
-    child = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    # The single-process run overlaps with the children's start-up.
+    child = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    # The single-process run overlaps with the children's start-up (on one thread, beside them).
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    single = Trainer(tiny_model_path, CONFIG)
-    single_metrics = single.update(samples)
     try:
+        single = Trainer(tiny_model_path, config)
+        single_metrics = single.update(samples)
         output, _ = child.communicate(timeout=120)
     finally:
-        child.kill()
+        torch.set_num_threads(threads)
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)  # torchrun and its ranks, by the handle's group
+            child.wait()
     assert child.returncode == 0, output[-4000:]
 
     two = tmp_path / "two"
@@ -108,6 +119,7 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_
     for name in ("loss", "loss_agent", "loss_designer", "grad_norm", "behaviour_weight_mean", "mismatch_k3", "kl_ref"):
         assert metrics[name] == pytest.approx(single_metrics[name], rel=1e-6, abs=1e-7), name
     assert metrics["trained_tokens"] == single_metrics["trained_tokens"] and metrics["world_size"] == 2.0
+    assert metrics["optimizer_step"] == single_metrics["optimizer_step"] == config.mini_batches
 
     from transformers import AutoModelForCausalLM
 
@@ -121,8 +133,9 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_
         torch.testing.assert_close(published[name] - initial[name], update, rtol=0, atol=1e-6, msg=name)
 
     # The 2-process checkpoint resumes in 1 process: the same weights, and optimizer state keyed by name.
-    resumed = Trainer(tiny_model_path, CONFIG)
+    resumed = Trainer(tiny_model_path, config)
     assert resumed.load_checkpoint(two / "checkpoint") == 7 and resumed.version == 1 and resumed.updates == 1
+    assert resumed.scheduler.state_dict() == single.scheduler.state_dict()
     for name, value in resumed.model.state_dict().items():
         assert torch.equal(value, published[name]), name
     for mine, theirs in zip(resumed.optimizer.state_dict()["state"].values(), single.optimizer.state_dict()["state"].values()):
@@ -133,7 +146,8 @@ def test_learner_process_under_torchrun_serves_the_engine_and_resumes(tiny_model
     """`learner_command` with world_size 2: hello, one batch (checkpointed), shutdown; a restart resumes."""
     paths = RunPaths(tmp_path / "run")
     paths.root.mkdir()
-    config = Config(learner=LearnerConfig(world_size=2, device="cpu", threads=1, learning_rate=1e-4))
+    learner = LearnerConfig(world_size=2, device="cpu", threads=1, learning_rate=1e-4, mini_batches=2, micro_batch_tokens=24)
+    config = Config(learner=learner)
     paths.config.write_text(dump_config(config))
     paths.update_meta(model_path=tiny_model_path)
     env = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

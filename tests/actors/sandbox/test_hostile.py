@@ -162,3 +162,10 @@ def test_hostile_environment_is_rejected(path, hostile_pool, places):
     assert [c.name for c in failed] == [meta["rejected-by"]]
     assert list(places["OUTSIDE_DIR"].iterdir()) == []
     assert hostile_pool.run(still_serving, pool) == (CANARY_OBSERVATION, True)
+
+
+def test_ci_runs_the_hostile_suite_under_bubblewrap(hostile_pool):
+    """In CI (.ci/run installs bubblewrap) the suite above must have run at full isolation, not a fallback."""
+    if os.environ.get("CI") != "true":
+        pytest.skip("only enforced in CI")
+    assert str(hostile_pool.pool.isolation) == "bubblewrap+seccomp"
