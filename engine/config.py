@@ -119,6 +119,7 @@ class LearnerConfig(_Section):
     warmup_steps: int = 0  # optimizer steps of linear warm-up to learning_rate
     total_steps: int = 0  # optimizer steps the cosine / linear decay spans; 0: no decay
     checkpoint_every: int = 0  # a full checkpoint every N policy versions; 0: only when the engine asks (the last batch)
+    simulated_update_s: float = 0.0  # benchmarks only: sleep this long instead of updating (messages, publishing stay real)
     world_size: int = 1  # learner processes (one per GPU); > 1 runs the learner under torchrun with FSDP2
     device: Literal["auto", "cuda", "cpu"] = "auto"  # auto: cuda (nccl, bf16 autocast) when available, else cpu (gloo, fp32)
 

@@ -60,8 +60,10 @@ class Child:
             return self.proc.wait()
 
 
-def learner_child(paths: RunPaths) -> Child:
-    return Child("learner", [sys.executable, "-m", "learner.train", "--run-dir", str(paths.root)], paths)
+def learner_child(paths: RunPaths, world_size: int = 1) -> Child:
+    from learner.distributed import learner_command  # imports no torch
+
+    return Child("learner", learner_command(sys.executable, str(paths.root), world_size), paths)
 
 
 def worker_child(paths: RunPaths, worker_id: str) -> Child:

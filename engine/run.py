@@ -671,7 +671,7 @@ class Engine:
         self.view.line(f"warning: worker {state.worker_id} went silent; its tasks were requeued")
 
     def _start_children(self, nursery) -> None:
-        learner = learner_child(self.paths)
+        learner = learner_child(self.paths, self.config.learner.world_size)
         self.children.append(learner)
         nursery.start_soon(lambda: supervise(learner, restartable=False, max_restarts=0, on_exit=self._child_exit, stopping=lambda: self.stopping))
         for i in range(self.config.worker.count):

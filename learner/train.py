@@ -22,6 +22,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -38,7 +39,11 @@ KEEPALIVE_S = 60.0
 
 def apply_batch(trainer, paths: RunPaths, config: Config, batch: TrainBatch) -> tuple[dict[str, float], Path]:
     """Update, publish and maybe checkpoint: what every rank does with a TrainBatch (rank 0 writes the files)."""
-    metrics = trainer.update(batch.samples)
+    if config.learner.simulated_update_s > 0:  # benchmarks: a paced stand-in for the update; the loop stays real
+        time.sleep(config.learner.simulated_update_s)
+        metrics = {"simulated_update_s": config.learner.simulated_update_s, "samples": float(len(batch.samples))}
+    else:
+        metrics = trainer.update(batch.samples)
     path = trainer.publish(paths.policy, config.learner.keep_policies)
     every = config.learner.checkpoint_every
     if batch.checkpoint or (every > 0 and trainer.version % every == 0):
