@@ -122,6 +122,10 @@ class LearnerConfig(_Section):
     simulated_update_s: float = 0.0  # benchmarks only: sleep this long instead of updating (messages, publishing stay real)
     world_size: int = 1  # learner processes (one per GPU); > 1 runs the learner under torchrun with FSDP2
     device: Literal["auto", "cuda", "cpu"] = "auto"  # auto: cuda (nccl, bf16 autocast) when available, else cpu (gloo, fp32)
+    lora_rank: int = 0  # > 0: train a LoRA adapter of this rank (peft) and publish only the adapter; 0: full fine-tuning
+    lora_alpha: float = 16.0  # LoRA scaling: the update is (lora_alpha / lora_rank) * B @ A
+    lora_dropout: float = 0.0  # dropout on the LoRA branch's input while training
+    lora_targets: list[str] = msgspec.field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])  # module names that get an adapter
 
 
 class SandboxConfig(_Section):

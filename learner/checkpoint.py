@@ -8,6 +8,11 @@ Layout of `folder` (written into `.tmp-<name>` and renamed, so a folder that exi
     trainer_state.pt    optimizer (full, keyed by parameter name), LR scheduler, step, updates, policy version,
                         optimizer steps, and the python / numpy / torch (and cuda) RNG states of every rank
 
+With LoRA (`learner.lora_rank > 0`) the top-level model folder holds the merged weights (base + adapter, merged
+on a copy), so `from_pretrained(folder)` still loads the policy; the adapter itself is in `adapter/`
+(adapter_config.json + adapter_model.safetensors), and resuming loads the base model from the model path the
+trainer was built with plus that adapter, so it stays bit for bit (the merged weights are only for outside use).
+
 The optimizer state is keyed by parameter name (torch.distributed.checkpoint.state_dict), so a checkpoint
 written by N processes loads into any number of them; RNG states are restored per rank when the world size
 matches, else every rank takes rank 0's. `torch.load(..., weights_only=True)` reads the state file.
@@ -34,6 +39,8 @@ if TYPE_CHECKING:
     from learner.trainer import Trainer
 
 STATE_FILE = "trainer_state.pt"
+ADAPTER_DIR = "adapter"  # inside a LoRA checkpoint
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 FORMAT = 1
 
 _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -52,6 +59,22 @@ def save_model_folder(trainer: Trainer, folder: Path, state_dict: dict[str, torc
     trainer.tokenizer.save_pretrained(folder)
 
 
+def save_adapter_folder(trainer: Trainer, folder: Path) -> None:
+    """Rank 0, LoRA: only the adapter (adapter_config.json naming the base model, adapter_model.safetensors)."""
+    trainer.model.save_pretrained(folder, safe_serialization=True)
+    (Path(folder) / "README.md").unlink(missing_ok=True)  # peft's model card: not needed by the workers
+
+
+def save_merged_model_folder(trainer: Trainer, folder: Path) -> None:
+    """Rank 0, LoRA: base + adapter merged (on a copy, the trainer's model is untouched) as a from_pretrained folder."""
+    import copy
+
+    merged = copy.deepcopy(trainer.model).merge_and_unload()
+    merged.save_pretrained(folder, safe_serialization=True)
+    trainer.tokenizer.save_pretrained(folder)
+    del merged
+
+
 def save_checkpoint(trainer: Trainer, folder: Path, step: int) -> Path:
     folder = Path(folder)
     weights = full_model_state_dict(trainer)
@@ -60,9 +83,14 @@ def save_checkpoint(trainer: Trainer, folder: Path, step: int) -> Path:
     if trainer.dist.is_main:
         tmp = folder.with_name(f".tmp-{folder.name}")
         shutil.rmtree(tmp, ignore_errors=True)
-        save_model_folder(trainer, tmp, weights)
+        if trainer.lora:
+            save_merged_model_folder(trainer, tmp)
+            save_adapter_folder(trainer, tmp / ADAPTER_DIR)
+        else:
+            save_model_folder(trainer, tmp, weights)
         state = {
             "format": FORMAT,
+            "lora": trainer.lora,
             "step": step,
             "version": trainer.version,
             "updates": trainer.updates,
@@ -88,9 +116,17 @@ def load_checkpoint(trainer: Trainer, folder: Path) -> int:
     state = torch.load(state_path, map_location="cpu", weights_only=True)
     if state.get("format") != FORMAT:
         raise ValueError(f"{state_path} has format {state.get('format')!r}; this learner reads format {FORMAT}")
-    weights = read_safetensors(folder)
+    if bool(state.get("lora", False)) != trainer.lora:
+        kind = "a LoRA adapter" if state.get("lora") else "full fine-tuning"
+        raise ValueError(
+            f"{folder} is a checkpoint of {kind}, but learner.lora_rank is {trainer.config.lora_rank}: "
+            "resume with the learner settings the checkpoint was written with"
+        )
     full = StateDictOptions(full_state_dict=True)
-    set_model_state_dict(trainer.model, weights, options=full)
+    if trainer.lora:
+        load_adapter_weights(trainer.model, folder / ADAPTER_DIR)
+    else:
+        set_model_state_dict(trainer.model, read_safetensors(folder), options=full)
     set_optimizer_state_dict(trainer.model, trainer.optimizer, state["optimizer"], options=full)
     trainer.scheduler.load_state_dict(state["scheduler"])
     trainer.version = int(state["version"])
@@ -99,6 +135,20 @@ def load_checkpoint(trainer: Trainer, folder: Path) -> int:
     rng = state["rng"]
     restore_rng(rng[trainer.dist.rank] if len(rng) == trainer.dist.world_size else rng[0])
     return int(state["step"])
+
+
+def load_adapter_weights(model, folder: Path) -> None:
+    """Copy the adapter saved in `folder` (save_adapter_folder) into the peft model; every adapter tensor must match."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    file = Path(folder) / ADAPTER_WEIGHTS
+    if not file.is_file():
+        raise FileNotFoundError(f"{folder} holds no {ADAPTER_WEIGHTS}")
+    result = set_peft_model_state_dict(model, load_file(file))
+    missing = [k for k in result.missing_keys if "lora_" in k]
+    if missing or result.unexpected_keys:
+        raise ValueError(f"{file} does not match the LoRA adapter: missing {missing[:3]}, unexpected {result.unexpected_keys[:3]}")
 
 
 def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:

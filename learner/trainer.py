@@ -5,6 +5,11 @@
     path = trainer.publish(policy_dir, keep) # version += 1, written atomically (tmp folder + rename)
     trainer.save_checkpoint(folder, step); trainer.load_checkpoint(folder)   # learner/checkpoint.py
 
+With `learner.lora_rank > 0` the model is wrapped in a peft LoRA adapter (on `lora_targets`); only the adapter
+is trained, and `publish` writes only the adapter (adapter_config.json + adapter_model.safetensors, which names
+the base model folder), which the workers apply to the base model they hold (actors/inference/hf.py). The KL
+reference is then the same model with the adapter disabled. LoRA runs on one process only.
+
 The objective is chosen by `learner.objective` (learner/objectives.py). Aggregation: token mean within each role
 over every sampled token of that role in the mini-batch (including those of zero-advantage samples, which are
 skipped in the forward pass since they contribute no gradient), role losses weighted by `designer_weight` /
@@ -49,7 +54,7 @@ def check_learner_config(config: LearnerConfig) -> None:
     for name in ("mini_batches", "micro_batch_tokens", "world_size"):
         if getattr(config, name) < 1:
             raise ValueError(f"learner.{name} must be at least 1 (got {getattr(config, name)})")
-    for name in ("warmup_steps", "total_steps", "checkpoint_every"):
+    for name in ("warmup_steps", "total_steps", "checkpoint_every", "lora_rank"):
         if getattr(config, name) < 0:
             raise ValueError(f"learner.{name} must be >= 0 (got {getattr(config, name)})")
     if config.total_steps and config.total_steps <= config.warmup_steps:
@@ -57,6 +62,10 @@ def check_learner_config(config: LearnerConfig) -> None:
             f"learner.total_steps ({config.total_steps}) must exceed learner.warmup_steps ({config.warmup_steps}), "
             "or be 0 for no decay"
         )
+    if config.lora_rank > 0 and not config.lora_targets:
+        raise ValueError("learner.lora_targets must name at least one module when learner.lora_rank > 0")
+    if not 0.0 <= config.lora_dropout < 1.0:
+        raise ValueError(f"learner.lora_dropout must be in [0, 1) (got {config.lora_dropout})")
 
 
 def lr_factor(config: LearnerConfig, step: int) -> float:
@@ -150,6 +159,31 @@ class _Batch:
     lengths: list[int]
 
 
+def _wrap_lora(model, config: LearnerConfig):
+    """The model as a peft LoRA model: only the adapter's parameters require grad (B starts at 0: pi = base)."""
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+        target_modules=list(config.lora_targets), bias="none", task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+class _AdapterDisabled:
+    """The KL reference under LoRA: calls the policy's base model (adapter disabled, no gradient needed)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, *args, **kwargs):
+        with self.model.disable_adapter():
+            return self.model(*args, **kwargs)
+
+    def parameters(self):
+        return iter(())
+
+
 class Trainer:
     def __init__(
         self,
@@ -167,19 +201,29 @@ class Trainer:
         self.dist = distributed or Distributed(device_type=resolve_device(config.device))
         self.device = self.dist.device
         torch.manual_seed(seed)
+        self.lora = config.lora_rank > 0
+        if self.lora and self.dist.world_size > 1:
+            raise NotImplementedError(
+                f"learner.lora_rank > 0 runs on one process only (learner.world_size is {self.dist.world_size}): "
+                "set learner.world_size = 1 or learner.lora_rank = 0"
+            )
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        if self.lora:
+            model = _wrap_lora(model, config)
         model.train()
         self.model = shard_model(model, self.dist)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
+            [p for p in self.model.parameters() if p.requires_grad],
             lr=config.learning_rate,
             betas=tuple(config.betas),
             weight_decay=config.weight_decay,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: lr_factor(config, step))
         self.reference = None
-        if config.kl_coef > 0:  # a frozen copy of the initial model for the KL term
+        if config.kl_coef > 0 and self.lora:  # the base model: the policy with its adapter disabled
+            self.reference = _AdapterDisabled(self.model)
+        elif config.kl_coef > 0:  # a frozen copy of the initial model for the KL term
             reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).eval()
             reference.requires_grad_(False)
             self.reference = shard_model(reference, self.dist, frozen=True)
@@ -413,11 +457,14 @@ class Trainer:
         """Write the current weights as policy version `version + 1` and return its folder (every rank calls it)."""
         self.version += 1
         final = Path(policy_dir) / f"v{self.version:06d}"
-        weights = checkpoint.full_model_state_dict(self)  # a collective under FSDP
+        weights = None if self.lora else checkpoint.full_model_state_dict(self)  # a collective under FSDP
         if self.dist.is_main:
             tmp = final.with_name(f".tmp-v{self.version:06d}")
             shutil.rmtree(tmp, ignore_errors=True)
-            checkpoint.save_model_folder(self, tmp, weights)
+            if self.lora:
+                checkpoint.save_adapter_folder(self, tmp)
+            else:
+                checkpoint.save_model_folder(self, tmp, weights)
             tmp.rename(final)
             published = sorted(p for p in Path(policy_dir).glob("v*") if p.is_dir())
             for old in published[:-keep] if keep > 0 else []:

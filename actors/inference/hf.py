@@ -2,11 +2,18 @@
 
 Requests with the same sampling parameters are generated together (left-padded); each is cut at its own
 `max_new_tokens` afterwards, which equals stopping it early since sampling is autoregressive.
+
+A published policy folder is either a full model or, when the learner trains LoRA (`learner.lora_rank > 0`),
+only an adapter (adapter_config.json + adapter_model.safetensors). `PolicyLoader` (shared by the backends)
+keeps the base model the worker started with in memory while adapters arrive, and applies each new adapter to
+a fresh copy of it, merged, so generation runs at the base model's speed and only the adapter travels.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
+from pathlib import Path
 
 import torch
 
@@ -19,6 +26,47 @@ def load_model(path: str, dtype: str = "float32"):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     model.eval()
     return model
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def is_adapter_folder(path: str | Path) -> bool:
+    """Whether `path` holds a peft adapter (published by a LoRA learner) rather than a full model."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def apply_adapter(base, path: str | Path):
+    """A copy of `base` with the adapter in `path` merged into its weights (`base` itself is left as it was)."""
+    from peft import PeftModel
+
+    model = PeftModel.from_pretrained(copy.deepcopy(base), str(path)).merge_and_unload()
+    model.eval()
+    return model
+
+
+class PolicyLoader:
+    """Loads each published policy: a full model folder as is, an adapter onto the base model kept in memory.
+
+    The base is the model at `base_path` (the one the worker started with); it is dropped once a full model
+    arrives (full fine-tuning: no second copy is held) and reloaded from `base_path` if an adapter comes later.
+    """
+
+    def __init__(self, base_path: str, dtype: str = "float32"):
+        self.base_path = base_path
+        self.dtype = dtype
+        self.base = None
+
+    def load_base(self):
+        self.base = load_model(self.base_path, self.dtype)
+        return self.base
+
+    def load(self, path: str):
+        if is_adapter_folder(path):
+            base = self.base if self.base is not None else self.load_base()
+            return apply_adapter(base, path)
+        self.base = None
+        return load_model(path, self.dtype)
 
 
 def load_tokenizer(path: str):
@@ -44,7 +92,8 @@ class TransformersBackend(InferenceBackend):
 
     def __init__(self, model_path: str, *, dtype: str = "float32", seed: int = 0):
         self._tokenizer = load_tokenizer(model_path)
-        self.model = load_model(model_path, dtype)
+        self.loader = PolicyLoader(model_path, dtype)
+        self.model = self.loader.load_base()
         self.dtype = dtype
         self.stop_ids = stop_token_ids(self._tokenizer)
         self.generator_seed = seed
@@ -55,7 +104,8 @@ class TransformersBackend(InferenceBackend):
         return self._tokenizer
 
     def load_weights(self, path: str, version: int) -> None:
-        self.model = load_model(path, self.dtype)
+        """The policy published at `path`: a full model folder, or a LoRA adapter applied to the base model."""
+        self.model = self.loader.load(path)
         self.policy_version = version
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from actors.inference.base import Generation, GenerationRequest, InferenceBackend
-from actors.inference.hf import load_model, load_tokenizer, stop_token_ids
+from actors.inference.hf import PolicyLoader, load_tokenizer, stop_token_ids
 from learner.logprobs import token_logprobs
 
 ROLES = ("designer", "hint", "agent")
@@ -41,7 +41,8 @@ class ScriptedBackend(InferenceBackend):
 
     def __init__(self, model_path: str, script_path: str, *, seed: int = 0):
         self._tokenizer = load_tokenizer(model_path)
-        self.model = load_model(model_path)
+        self.loader = PolicyLoader(model_path)
+        self.model = self.loader.load_base()
         self.script = load_script(script_path)
         self.counters = {role: 0 for role in ROLES}
         self.stop_id = stop_token_ids(self._tokenizer)[0]
@@ -52,7 +53,8 @@ class ScriptedBackend(InferenceBackend):
         return self._tokenizer
 
     def load_weights(self, path: str, version: int) -> None:
-        self.model = load_model(path)
+        """A full model folder, or a LoRA adapter applied to the base model (actors/inference/hf.py)."""
+        self.model = self.loader.load(path)
         self.policy_version = version
 
     def _next_text(self, role: str) -> str:
