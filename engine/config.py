@@ -89,6 +89,7 @@ class RewardConfig(_Section):
     plateau_high: float = 0.6
     plateau_ramp: float = 0.25
     designer_scale: float = 0.0  # 0: min(#agent samples / #designer samples * k, 50), as the reference
+    designer_advantage: Literal["centred", "standardised"] = "centred"  # within each skill: minus the mean (the reference), or z-score
     train_designer: bool = True
 
 

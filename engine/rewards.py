@@ -66,11 +66,14 @@ def designer_reward(
     return regret, regret, win_rate
 
 
-def designer_advantages(skills: Sequence[str], rewards: Sequence[float], scale: float) -> list[float]:
-    """Mean-centre within each skill (no std, as the reference) and scale."""
+def designer_advantages(skills: Sequence[str], rewards: Sequence[float], scale: float, standardise: bool = False) -> list[float]:
+    """Mean-centre within each skill (no std, as the reference) and scale; or z-score within each skill."""
     by_skill: dict[str, list[float]] = defaultdict(list)
     for skill, reward in zip(skills, rewards):
         by_skill[skill].append(reward)
+    if standardise:
+        z = {skill: iter(group_advantages(values)) for skill, values in by_skill.items()}
+        return [next(z[skill]) * scale for skill in skills]
     means = {skill: _mean(values) for skill, values in by_skill.items()}
     return [(reward - means[skill]) * scale for skill, reward in zip(skills, rewards)]
 

@@ -401,7 +401,7 @@ class Engine:
         if not rows:
             return []
         scale = designer_scale(self.config.reward, agent_samples_per_step, len(rows), self.k)
-        advantages = designer_advantages([r[0].skill for r in rows], [r[1] for r in rows], scale)
+        advantages = designer_advantages([r[0].skill for r in rows], [r[1] for r in rows], scale, self.config.reward.designer_advantage == "standardised")
         records = []
         with self.store.batch() as batch:
             for (env, raw, regret, win, hint_ret, no_hint_ret), advantage in zip(rows, advantages):

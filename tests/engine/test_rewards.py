@@ -54,3 +54,4 @@ def test_designer_advantages_mean_centred_per_skill():
     assert designer_scale(RewardConfig(), agent_samples=192, designer_samples=24, k=4) == 32
     assert designer_scale(RewardConfig(), agent_samples=192, designer_samples=2, k=8) == 50
     assert not math.isnan(designer_scale(RewardConfig(), 0, 0, 4))
+    assert designer_advantages(["a", "a", "b"], [1.0, 0.0, 0.3], scale=1.0, standardise=True) == pytest.approx([1.0, -1.0, 0.0])
