@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from actors.inference.base import Generation, GenerationRequest, InferenceBackend
-from actors.inference.hf import PolicyLoader, load_tokenizer, stop_token_ids
+from actors.inference.base import Generation, GenerationRequest
+from actors.inference.hf import TransformersBackend
 from learner.logprobs import token_logprobs
 
 ROLES = ("designer", "hint", "agent")
@@ -36,26 +36,17 @@ def load_script(path: str) -> dict[str, list[str]]:
     return {role: data[role] for role in ROLES}
 
 
-class ScriptedBackend(InferenceBackend):
+class ScriptedBackend(TransformersBackend):
+    """The transformers backend (model, tokenizer, weight loading) with scripted instead of sampled text."""
+
     name = "scripted"
 
     def __init__(self, model_path: str, script_path: str, *, seed: int = 0):
-        self._tokenizer = load_tokenizer(model_path)
-        self.loader = PolicyLoader(model_path)
-        self.model = self.loader.load_base()
+        super().__init__(model_path, seed=seed)
         self.script = load_script(script_path)
         self.counters = {role: 0 for role in ROLES}
-        self.stop_id = stop_token_ids(self._tokenizer)[0]
-        torch.manual_seed(seed)
-
-    @property
-    def tokenizer(self):
-        return self._tokenizer
-
-    def load_weights(self, path: str, version: int) -> None:
-        """A full model folder, or a LoRA adapter applied to the base model (actors/inference/hf.py)."""
-        self.model = self.loader.load(path)
-        self.policy_version = version
+        eos = self._tokenizer.eos_token_id
+        self.stop_id = eos if eos in self.stop_ids else self.stop_ids[0]  # end each turn as the chat template does
 
     def _next_text(self, role: str) -> str:
         items = self.script[role]
