@@ -113,7 +113,12 @@ class Distributed:
             import torch.distributed as dist
 
             if dist.is_initialized():
-                dist.destroy_process_group()
+                # Every rank reaches this point before any tears the group down: a rank that destroys it while
+                # a peer still has a collective or a connection in flight aborts that peer (seen under load).
+                try:
+                    dist.barrier()
+                finally:
+                    dist.destroy_process_group()
 
     def _object_device(self):
         return self.device if self.backend == "nccl" else None
