@@ -8,7 +8,7 @@ expected reward, exact rather than sampled. Two groups of 16 samples per update 
 batch. Stale mode samples with the weights from 2 updates ago (recording their log-probs as mu) and recomputes
 pi_prox with the current weights before the update, as the engine's learner does.
 
-    .venv/bin/python -m pytest -q -s -m slow tests/learner/test_learning.py   # -s prints updates and seconds
+    .venv/bin/python -m pytest -q -s tests/learner/test_learning.py   # -s prints updates and seconds (~10-60 s)
 """
 
 import collections
@@ -101,7 +101,6 @@ def train(model_path, staleness, seed=0):
     return rates, stats_log
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("staleness", [0, 2])
 def test_default_objective_learns_the_toy_task(tiny_model_path, staleness):
     started = time.perf_counter()
