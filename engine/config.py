@@ -300,6 +300,8 @@ def check_config(config: Config) -> None:
         )
     if len(c.learner.betas) != 2:
         raise ConfigError("learner.betas must be two numbers, for example [0.9, 0.98]")
+    if c.inference.backend == "vllm":
+        raise ConfigError("inference.backend = 'vllm' is not implemented yet: use 'transformers' (the [gpu] extra only installs vLLM)")
     if c.inference.backend == "scripted" and not c.inference.script:
         raise ConfigError("inference.backend = 'scripted' needs inference.script = a JSON file of completions")
 

@@ -95,6 +95,13 @@ def test_up_runs_the_whole_loop(tiny_model_path, tmp_path):
             assert key in m
     assert sum(m["designer_samples"] for m in metrics[:3]) == 2  # the step-0 and step-1 designs; step 2's is the flush
 
+    # stored trajectories can be replayed from LMDB by the command line
+    replay = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "replay", str(run_dir), "--role", "agent", "--step", "1", "--limit", "2"],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert replay.returncode == 0 and replay.stdout.count("step 1 agent") == 2, replay.stdout + replay.stderr
+
     # the weights changed, and the checkpoint loads and generates with transformers
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
