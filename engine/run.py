@@ -33,7 +33,6 @@ from engine.live import LiveView
 from engine.messages import (
     DesignResult,
     DesignTask,
-    EngineToLearner,
     Heartbeat,
     LearnerFailed,
     LearnerHello,

@@ -7,7 +7,8 @@ fixed so the figure means something:
 - the learner's step takes as long as the mean generation time of one batch (one step's plays in the
   synchronous engine, i.e. the mean of the slowest of its episodes, computed by Monte Carlo from the same
   distribution), simulated by `learner.simulated_update_s` (the loop, publishing and messages stay real).
-Environments: one single-turn seed environment per skill (no designer), so each play is one generation.
+Environments: the e2e test's pick-1-or-2 environment as the seed of each skill (no designer); the timed
+backend always answers 1 or 2, so each play is one generation.
 Samples/s = agent samples sent to the learner / wall time from the first step to the last published version.
 Ends with one JSON line {"bench": "async", "ratio": async / sync, "target": 2.5, ...}.
 """
@@ -21,38 +22,12 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-ENV = '''import random
-import re
-
-
-class OneShotEnv:
-    """Answer 1 or 2 once."""
-
-    def __init__(self, max_turns=1, **kwargs):
-        self.max_turns = max_turns
-        self.reset()
-
-    def reset(self, seed=None):
-        self._rng = random.Random(seed)
-        self.target = self._rng.randint(1, 2)
-        self.turn_count = 0
-        return f"Game {self._rng.randint(0, 99999)}: answer 1 or 2 as \\\\boxed{{n}}.", {}
-
-    def step(self, action):
-        self.turn_count += 1
-        match = re.search(r"\\\\boxed\\{(.*?)\\}", action)
-        guess = (match.group(1) if match else action).strip()
-        return "Done.", 1.0 if guess == str(self.target) else 0.0, True, False, {}
-
-    def solution(self):
-        return [str(self.target)]
-'''
+ENV = (REPO / "tests" / "e2e" / "data" / "pick_env.py").read_text()  # pick 1 or 2: one answer ends it
 
 
 def mean_batch_seconds(plays: int, seconds_per_token: float, median: float, sigma: float, cap: int, trials: int = 20000) -> float:

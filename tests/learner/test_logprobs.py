@@ -1,6 +1,5 @@
 """Must-show: the behaviour log-probs recorded by the inference backend equal the learner's recomputation."""
 
-import numpy as np
 import torch
 
 from actors.inference.base import GenerationRequest

@@ -2,7 +2,7 @@ import pytest
 
 from engine.messages import Sample
 from storage.memory import evicted, negative_lines, positive_examples
-from storage.records import EnvironmentRecord, MemoryRecord, RunState, StoredRecordError, TrajectoryRecord, pack_floats, pack_ints, pack_mask
+from storage.records import MemoryRecord, RunState, StoredRecordError, TrajectoryRecord, pack_floats, pack_ints, pack_mask
 from storage.store import Store
 
 
