@@ -138,6 +138,32 @@ def test_resume_continues_where_the_run_stopped(tiny_model_path, tmp_path):
     assert len(keys) == len(set(keys)), "a sample was trained twice"
 
 
+def test_an_extra_worker_attaches_to_a_running_engine(tiny_model_path, tmp_path):
+    run_dir = tmp_path / "run"
+    engine = subprocess.Popen(
+        _up_command(tiny_model_path, run_dir, _script(tmp_path), steps=12), cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    extra = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
+            time.sleep(0.2)
+        extra = subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", "worker", "--run-dir", str(run_dir), "--worker-id", "extra"],
+            cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        out, err = engine.communicate(timeout=240)
+        assert engine.returncode == 0, out + err
+        assert "worker extra joined" in out
+        extra_out, _ = extra.communicate(timeout=60)  # the engine's shutdown ends it too
+        assert extra.returncode == 0, extra_out
+    finally:
+        for proc in (engine, extra):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
 def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
