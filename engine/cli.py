@@ -6,6 +6,7 @@
     bin/spade-engine validate FILE.py [--json]     validate an environment in the sandbox (exit 0 valid, 1 not)
     bin/spade-engine play FILE.py [--seed S] [--hint TEXT] [ACTION ...]
     bin/spade-engine replay RUN_DIR [--step N] [--role agent|designer] [--env ID] [--limit N]
+    bin/spade-engine report RUN_DIR                plots and tables of a run in RUN_DIR/report.html
 
 Imports stay light until a subcommand needs more, so `--help` answers at once. A user mistake prints one line
 `error: ...` and exits 2; Ctrl-C stops every process of the run and exits 130.
@@ -60,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--seed", type=int, default=None)
     play.add_argument("--hint", default=None)
     play.add_argument("actions", nargs="*")
+
+    report = sub.add_parser("report", help="write RUN_DIR/report.html (plots and tables of a run)")
+    report.add_argument("run_dir")
 
     replay = sub.add_parser("replay", help="print stored trajectories of a run from LMDB")
     replay.add_argument("run_dir")
@@ -208,13 +212,24 @@ def cmd_play(args) -> int:
     return play_main(args.file, args.seed, args.hint, args.actions)
 
 
+def cmd_report(args) -> int:
+    from engine.paths import RunPaths
+    from engine.report import write_report
+
+    paths = RunPaths(args.run_dir)
+    if not paths.config.is_file():
+        raise UsageError(f"{args.run_dir} is not a run directory (no config.toml)")
+    print(f"wrote {write_report(paths)}")
+    return 0
+
+
 def cmd_replay(args) -> int:
     from engine.replay import replay_main
 
     return replay_main(args)
 
 
-COMMANDS = {"up": cmd_up, "worker": cmd_worker, "validate": cmd_validate, "play": cmd_play, "replay": cmd_replay}
+COMMANDS = {"up": cmd_up, "worker": cmd_worker, "validate": cmd_validate, "play": cmd_play, "replay": cmd_replay, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

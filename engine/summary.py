@@ -47,3 +47,7 @@ def print_summary(paths: RunPaths) -> None:
         print(f"  metrics: {s['updates']} updates in {paths.metrics}")
     if "checkpoint" in s:
         print(f"  checkpoint: {s['checkpoint']}")
+    if "environments" in s:
+        from engine.report import write_report
+
+        print(f"  report: {write_report(paths)}")
