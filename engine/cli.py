@@ -234,7 +234,12 @@ COMMANDS = {"up": cmd_up, "worker": cmd_worker, "validate": cmd_validate, "play"
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra and args.command == "play" and not any(x.startswith("--") for x in extra):
+            args.actions += extra  # actions given after --seed/--hint (argparse stops taking positionals there)
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
