@@ -38,6 +38,10 @@ from engine.paths import RunPaths
 from engine.transport import ProtocolError, open_socket
 
 
+class NoEngine(RuntimeError):
+    """Nobody answered the worker's hello."""
+
+
 async def run_worker(run_dir: Path, worker_id: str, address: str | None) -> None:
     from actors.agent import play_episode
     from actors.designer import design_environment
@@ -110,11 +114,19 @@ async def run_worker(run_dir: Path, worker_id: str, address: str | None) -> None
                 busy -= 1
             await sock.send(result)
 
+        with trio.move_on_after(config.worker.connect_timeout_s) as waiting:
+            try:
+                first = await sock.receive()  # the engine answers every hello
+            except ProtocolError:
+                first = None  # somebody answered, if not well
+        if waiting.cancelled_caught:
+            raise NoEngine(f"no engine answered at {address or paths.worker_address} within {config.worker.connect_timeout_s:.0f} s (is `up` running for {run_dir}?)")
         nursery.start_soon(heartbeat)
         nursery.start_soon(cancel_on_signal, nursery.cancel_scope)
+        pending = [first] if first is not None else []
         while True:
             try:
-                message = await sock.receive()
+                message = pending.pop() if pending else await sock.receive()
             except ProtocolError as exc:
                 print(f"[{worker_id}] ignoring a malformed message from the engine: {exc}", file=sys.stderr, flush=True)
                 continue
@@ -155,8 +167,17 @@ def main(argv: list[str] | None = None) -> int:
     worker_id = args.worker_id or f"w-{uuid.uuid4().hex[:6]}"
     try:
         trio.run(run_worker, run_dir, worker_id, args.connect)
-    except KeyboardInterrupt:
-        return 130
+    except BaseException as exc:  # trio wraps what its tasks raised in exception groups
+        from engine.cli import leaf_exceptions
+
+        leaves = leaf_exceptions(exc)
+        if any(isinstance(e, KeyboardInterrupt) for e in leaves):
+            return 130
+        missing = [e for e in leaves if isinstance(e, NoEngine)]
+        if missing and len(missing) == len(leaves):
+            print(f"error: {missing[0]}", file=sys.stderr)
+            return 1
+        raise
     return 0
 
 

@@ -163,7 +163,7 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
     try:
         trio.run(engine.run)
     except BaseException as exc:  # trio wraps what its tasks raised in exception groups: look at the leaves
-        leaves = _leaves(exc)
+        leaves = leaf_exceptions(exc)
         view.close()
         if any(isinstance(e, KeyboardInterrupt) for e in leaves):
             print("\ninterrupted: stopping the learner and workers; everything committed stays in the store", file=sys.stderr)
@@ -181,9 +181,10 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
     return code
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
+def leaf_exceptions(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, as trio raises what its tasks raised."""
     if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+        return [leaf for inner in exc.exceptions for leaf in leaf_exceptions(inner)]
     return [exc]
 
 

@@ -159,6 +159,7 @@ class WorkerConfig(_Section):
     address: str = ""  # the engine's worker socket; empty: ipc:// in /tmp; "tcp://0.0.0.0:5555" for other hosts
     heartbeat_s: float = 2.0
     dead_after_s: float = 60.0  # a worker silent this long is dropped and its tasks requeued
+    connect_timeout_s: float = 60.0  # a worker whose hello nobody answers in this long gives up with an error
 
 
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

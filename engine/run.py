@@ -152,8 +152,8 @@ class Engine:
                     )
                     self._note_isolation(message.isolation)
                     self.view.line(f"worker {message.worker_id} joined (backend {message.backend}, sandbox {message.isolation}, {message.slots} slots)")
-                    if self.policy_version > message.policy_version and self.policy_path:
-                        await self.worker_sock.send_to(ident, PolicyUpdate(version=self.policy_version, path=self.policy_path))
+                    # Always answered: it tells the worker an engine is there, and which policy is current.
+                    await self.worker_sock.send_to(ident, PolicyUpdate(version=self.policy_version, path=self.policy_path))
                     self._worker_ready.set()
                 case Heartbeat():
                     if self.dispatcher.seen(ident, message.policy_version) is None:

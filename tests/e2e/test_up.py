@@ -166,6 +166,22 @@ def test_an_extra_worker_attaches_to_a_running_engine(tiny_model_path, tmp_path)
                 proc.communicate()
 
 
+def test_a_worker_without_an_engine_says_so(tiny_model_path, tmp_path):
+    from engine.config import dump_config, load_config
+    from engine.paths import RunPaths
+
+    paths = RunPaths(tmp_path / "run")
+    paths.root.mkdir()
+    config = load_config(overrides=["inference.backend=\"scripted\"", f"inference.script={json.dumps(str(_script(tmp_path)))}", "worker.connect_timeout_s=2"])
+    paths.config.write_text(dump_config(config))
+    paths.update_meta(model_path=tiny_model_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "worker", "--run-dir", str(paths.root)], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1
+    assert "error: no engine answered at ipc://" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(

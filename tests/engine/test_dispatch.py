@@ -6,7 +6,7 @@ import trio
 import zmq
 
 from engine.dispatch import Dispatcher, WorkerState
-from engine.messages import EngineToWorker, PlayTask, TaskFailed, WorkerToEngine
+from engine.messages import EngineToWorker, Heartbeat, PlayTask, TaskFailed, WorkerToEngine
 from engine.transport import open_socket
 
 
@@ -25,6 +25,9 @@ def test_tasks_respect_slots_and_are_requeued_from_a_dead_worker(tmp_path):
             open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"b") as b,
             trio.open_nursery() as nursery,
         ):
+            for dealer in (a, b):  # the router can address a peer only once its connection is up
+                await dealer.send(Heartbeat(worker_id="x", policy_version=0, busy=0))
+                await router.receive_from()
             dispatcher = Dispatcher(router, retries=1)
             await nursery.start(dispatcher.run)
             now = time.monotonic()
