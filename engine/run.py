@@ -62,6 +62,7 @@ from storage.records import (
     MemoryRecord,
     RunState,
     TrajectoryRecord,
+    check_sample,
     unpack_ints,
 )
 from storage.store import Store, trajectory_key
@@ -98,12 +99,11 @@ def _mean(values) -> float:
 
 
 class Engine:
-    def __init__(self, config: Config, paths: RunPaths, seeds: list[SeedEnvironment], *, view: LiveView, spawn: bool = True):
+    def __init__(self, config: Config, paths: RunPaths, seeds: list[SeedEnvironment], *, view: LiveView):
         self.config = config
         self.paths = paths
         self.seeds = seeds
         self.view = view
-        self.spawn = spawn
         self.store = Store.open(paths.store)
         corpus = load_corpus(config.curriculum.corpus or None)
         self.sampler = PassageSampler(corpus, seed=config.run.seed)
@@ -126,7 +126,6 @@ class Engine:
         self.learner_sock: MessageSocket | None = None
         self.dispatcher: Dispatcher | None = None
         self._progress = {"label": "", "done": 0, "total": 0}
-        self._tokens_total = 0
 
     # ------------------------------------------------------------------ sockets
     async def _receive_workers(self) -> None:
@@ -158,7 +157,14 @@ class Engine:
                 case Heartbeat():
                     if self.dispatcher.seen(ident, message.policy_version) is None:
                         self.view.line(f"warning: heartbeat from unknown worker {message.worker_id}")
-                case DesignResult() | PlayResult() | TaskFailed():
+                case DesignResult() | PlayResult():
+                    try:
+                        check_sample(message.designer if isinstance(message, DesignResult) else message.agent)
+                    except ValueError as exc:  # a broken worker: its answer counts as a failed task
+                        self.view.line(f"warning: worker {message.worker_id} sent a malformed sample: {exc}")
+                        message = TaskFailed(task_id=message.task_id, worker_id=message.worker_id, reason=f"malformed sample: {exc}")
+                    self.dispatcher.complete(ident, message)
+                case TaskFailed():
                     self.dispatcher.complete(ident, message)
                 case WorkerBye():
                     self.dispatcher.drop_worker(ident)
@@ -265,12 +271,12 @@ class Engine:
         e = max(candidates, key=lambda e: (e.source == "designed", e.step_created, e.env_id))
         return ActiveEnv(env_id=e.env_id, skill=e.skill, code=e.code, hint=e.hint, designed_now=False, class_name=_class_name(e.code))
 
-    async def refresh(self, step: int) -> tuple[list[ActiveEnv], int, int]:
+    async def refresh(self, step: int) -> tuple[list[ActiveEnv], int, int, int]:
         c = self.config.curriculum
         skills = slot_skills(active_skills(c.skills, c.skills_per_refresh, step // self.k), c.envs_per_step)
         memory = list(self.store.memory())
         chosen: list[ActiveEnv | None] = [None] * len(skills)
-        requested = 0
+        requested = tokens = 0
         for attempt in range(1, c.design_attempts + 1 if c.design else 1):
             open_slots = [i for i, env in enumerate(chosen) if env is None]
             if not open_slots:
@@ -283,6 +289,7 @@ class Engine:
                     record = self._design_record(task, result)
                     batch.put_environment(record)
                     if isinstance(result, DesignResult):
+                        tokens += result.tokens_generated
                         batch.put_trajectory(
                             TrajectoryRecord(
                                 sample_id=result.designer.sample_id, role="designer", env_id=record.env_id, skill=task.skill,
@@ -297,7 +304,7 @@ class Engine:
             if env is None and (c.reuse_valid_envs or not c.design):
                 chosen[i] = self._reuse(skills[i], {e.env_id for e in chosen if e is not None})
         active = [env for env in chosen if env is not None]
-        return active, requested, valid
+        return active, requested, valid, tokens
 
     def _design_record(self, task: DesignTask, result) -> EnvironmentRecord:
         if isinstance(result, DesignResult):
@@ -535,9 +542,8 @@ class Engine:
             epoch_started = time.monotonic()
             if step % self.k == 0:
                 await self.wait_for_version(step - cfg.run.max_staleness, f"step {step + 1}")
-                before = self._tokens_total
-                active, requested, valid = await self.refresh(step)
-                designs = (requested, valid, self._tokens_total - before)
+                active, requested, valid, design_tokens = await self.refresh(step)
+                designs = (requested, valid, design_tokens)
             if not active:
                 raise EngineError("no valid environment to play: every design failed and there are no seed environments")
             await self.run_epoch(range(step, epoch_end), active, designs, epoch_started)
@@ -592,11 +598,6 @@ class Engine:
         last = step == self.config.run.steps - 1
         await self.send_batch(step, samples + due, checkpoint=last and not self.designer_due.get(self.config.run.steps), active=active)
 
-    def _count_tokens(self, result) -> None:
-        if isinstance(result, (DesignResult, PlayResult)):
-            self._tokens_total += result.tokens_generated
-        self._on_result(result)
-
     def _stats(self, step, plays, results, samples, due, zero_groups, envs_requested, envs_valid, seconds, tokens) -> dict:
         returns = defaultdict(list)
         per_env = defaultdict(list)
@@ -644,13 +645,12 @@ class Engine:
             trio.open_nursery() as nursery,
         ):
             self.worker_sock, self.learner_sock = worker_sock, learner_sock
-            self.dispatcher = Dispatcher(worker_sock, on_result=self._count_tokens)
+            self.dispatcher = Dispatcher(worker_sock, on_result=self._on_result)
             await nursery.start(self.dispatcher.run)
             nursery.start_soon(self._receive_workers)
             nursery.start_soon(self._receive_learner)
             nursery.start_soon(self.dispatcher.watch_liveness, self.config.worker.dead_after_s, self._worker_dead)
-            if self.spawn:
-                self._start_children(nursery)
+            self._start_children(nursery)
             self.view.status("starting the learner and rollout workers (loading the model)")
             await self._learner_ready.wait()
             await self._worker_ready.wait()

@@ -96,7 +96,6 @@ class TransformersBackend(InferenceBackend):
         self.model = self.loader.load_base()
         self.dtype = dtype
         self.stop_ids = stop_token_ids(self._tokenizer)
-        self.generator_seed = seed
         torch.manual_seed(seed)
 
     @property

@@ -73,3 +73,14 @@ def test_memory_examples_follow_the_reference():
     negatives = negative_lines(records, "S", 1, random.Random(0))
     assert len(negatives) == 1 and ("too easy" in negatives[0] or "too hard" in negatives[0])
     assert evicted([_memory(str(i), "S", 0.5, 0, step=i) for i in range(5)] + [_memory("seed", "S", 0.5, 0, -1, "seed")], 4) == ["0", "1"]
+
+
+def test_check_sample_names_the_misaligned_array():
+    import msgspec
+
+    from storage.records import check_sample
+
+    check_sample(_sample())
+    broken = msgspec.structs.replace(_sample(), logprobs=pack_floats([0.0]))
+    with pytest.raises(ValueError, match=r"^sample x: logprobs has 1 entries for 3 tokens$"):
+        check_sample(broken)
