@@ -117,3 +117,14 @@ def load_seeds(folder: Path = SEEDS_DIR) -> list[SeedEnvironment]:
         SeedEnvironment(name=Path(item["file"]).stem, skill=item["skill"], code=(folder / item["file"]).read_text(), hint=item["hint"])
         for item in manifest
     ]
+
+
+class ActiveEnv(msgspec.Struct, kw_only=True):
+    """An environment played in the current refresh epoch."""
+
+    env_id: str
+    skill: str
+    code: str
+    hint: str
+    designed_now: bool  # made at this refresh (so it earns a designer reward)
+    class_name: str

@@ -29,11 +29,11 @@ def group_advantages(rewards: Sequence[float]) -> list[float]:
     n = len(rewards)
     if n == 0:
         return []
-    mean = sum(rewards) / n
-    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
+    average = sum(rewards) / n
+    std = math.sqrt(sum((r - average) ** 2 for r in rewards) / n)
     if std < 1e-8:
         return [0.0] * n
-    return [(r - mean) / (std + 1e-8) for r in rewards]
+    return [(r - average) / (std + 1e-8) for r in rewards]
 
 
 def plateau(win_rate: float, low: float, high: float, ramp: float) -> float:
@@ -43,7 +43,7 @@ def plateau(win_rate: float, low: float, high: float, ramp: float) -> float:
     return max(0.0, 1.0 - distance / ramp)
 
 
-def _mean(values: Sequence[float]) -> float:
+def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
@@ -56,13 +56,13 @@ def designer_reward(
     no_hint_returns_all: Sequence[float],
 ) -> tuple[float, float, float]:
     """(raw reward, regret, win rate) of one environment over its window."""
-    win_rate = _mean([1.0 if r > 0 else 0.0 for r in no_hint_returns_all])
+    win_rate = mean([1.0 if r > 0 else 0.0 for r in no_hint_returns_all])
     if config.designer_reward == "blend":
-        regret = _mean(hint_returns_first) - _mean(no_hint_returns_first)
+        regret = mean(hint_returns_first) - mean(no_hint_returns_first)
         normalised = min(1.0, max(0.0, regret / config.regret_floor))
         shaped = plateau(win_rate, config.plateau_low, config.plateau_high, config.plateau_ramp)
         return config.regret_weight * normalised + config.plateau_weight * shaped, regret, win_rate
-    regret = _mean(hint_returns_all) - _mean(no_hint_returns_all)
+    regret = mean(hint_returns_all) - mean(no_hint_returns_all)
     return regret, regret, win_rate
 
 
@@ -74,7 +74,7 @@ def designer_advantages(skills: Sequence[str], rewards: Sequence[float], scale: 
     if standardise:
         z = {skill: iter(group_advantages(values)) for skill, values in by_skill.items()}
         return [next(z[skill]) * scale for skill in skills]
-    means = {skill: _mean(values) for skill, values in by_skill.items()}
+    means = {skill: mean(values) for skill, values in by_skill.items()}
     return [(reward - means[skill]) * scale for skill, reward in zip(skills, rewards)]
 
 

@@ -27,7 +27,7 @@ import trio
 import zmq
 
 from engine.config import Config
-from engine.curriculum import PassageSampler, SeedEnvironment, active_skills, load_corpus, skill_description, slot_skills, truncate_words
+from engine.curriculum import ActiveEnv, PassageSampler, SeedEnvironment, active_skills, load_corpus, skill_description, slot_skills, truncate_words
 from engine.dispatch import Dispatcher, WorkerState
 from engine.live import LiveView
 from engine.messages import (
@@ -51,13 +51,13 @@ from engine.messages import (
 )
 from engine.paths import RunPaths
 from engine.processes import Child, ChildFailed, learner_child, supervise, worker_child
-from engine.rewards import designer_advantages, designer_reward, designer_scale, group_advantages, learnable
+from engine.feedback import close_window, update_memory
+from engine.rewards import group_advantages, learnable, mean
 from engine.transport import MessageSocket, ProtocolError, open_socket
-from storage.memory import evicted, negative_lines, positive_examples
+from storage.memory import negative_lines, positive_examples
 from storage.records import (
     BatchEntry,
     BatchRecord,
-    DesignerRewardRecord,
     EnvironmentRecord,
     MemoryRecord,
     RunState,
@@ -72,15 +72,6 @@ class EngineError(RuntimeError):
     pass
 
 
-class ActiveEnv(msgspec.Struct, kw_only=True):
-    env_id: str
-    skill: str
-    code: str
-    hint: str
-    designed_now: bool  # made at this refresh (so it earns a designer reward)
-    class_name: str
-
-
 def play_seed(run_seed: int, env_id: str, step: int, arm: str, index: int) -> int:
     return zlib.crc32(f"{run_seed}:{env_id}:{step}:{arm}:{index}".encode()) & 0x7FFFFFFF
 
@@ -91,11 +82,6 @@ def _class_name(code: str) -> str:
         if stripped.startswith("class ") and "Env" in stripped:
             return stripped[len("class ") :].split("(")[0].split(":")[0].strip()
     return "Env"
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values) if values else 0.0
 
 
 class Engine:
@@ -376,75 +362,6 @@ class Engine:
             kept.append(sample)
         return kept, len(samples) - len(kept)
 
-    # ------------------------------------------------------------------ designer rewards and memory
-    def _returns(self, env_id: str, steps: range) -> dict[tuple[int, str], list[float]]:
-        out: dict[tuple[int, str], list[float]] = defaultdict(list)
-        for step in steps:
-            for t in self.store.trajectories(step):
-                if t.role == "agent" and t.env_id == env_id and t.status != "failed":
-                    out[(step, t.arm)].append(t.episode_return)
-        return out
-
-    def close_window(self, end_step: int, agent_samples_per_step: int) -> list[DesignerRewardRecord]:
-        """Designer rewards for the environments made at end_step + 1 - k, due at end_step + 1."""
-        env_step = end_step + 1 - self.k
-        if env_step < 0 or env_step % self.k:
-            return []
-        envs = [e for e in self.store.environments() if e.source == "designed" and e.valid and e.step_created == env_step]
-        designer_samples = {t.sample_id: t.sample for t in self.store.trajectories(env_step) if t.role == "designer"}
-        window = range(env_step, end_step + 1)
-        rows = []
-        for env in envs:
-            returns = self._returns(env.env_id, window)
-            raw, regret, win = designer_reward(
-                self.config.reward,
-                hint_returns_first=returns[(env_step, "hint")],
-                no_hint_returns_first=returns[(env_step, "no_hint")],
-                hint_returns_all=[x for s in window for x in returns[(s, "hint")]],
-                no_hint_returns_all=[x for s in window for x in returns[(s, "no_hint")]],
-            )
-            rows.append((env, raw, regret, win, _mean(returns[(env_step, "hint")]), _mean(returns[(env_step, "no_hint")])))
-        if not rows:
-            return []
-        scale = designer_scale(self.config.reward, agent_samples_per_step, len(rows), self.k)
-        advantages = designer_advantages([r[0].skill for r in rows], [r[1] for r in rows], scale, self.config.reward.designer_advantage == "standardised")
-        records = []
-        with self.store.batch() as batch:
-            for (env, raw, regret, win, hint_ret, no_hint_ret), advantage in zip(rows, advantages):
-                record = DesignerRewardRecord(
-                    env_id=env.env_id, skill=env.skill, designer_sample_id=env.designer_sample_id, env_step=env_step,
-                    reward_step=env_step + self.k, variant=self.config.reward.designer_reward, regret=regret, win_rate=win,
-                    raw_reward=raw, advantage=advantage, hint_return=hint_ret, no_hint_return=no_hint_ret,
-                )
-                batch.put_designer_reward(record)
-                records.append(record)
-                sample = designer_samples.get(env.designer_sample_id)
-                if sample is not None and self.config.reward.train_designer:
-                    self.designer_due[env_step + self.k].append(msgspec.structs.replace(sample, reward=raw, advantage=advantage))
-        return records
-
-    def update_memory(self, step: int, active: list[ActiveEnv], plays: list[PlayResult]) -> None:
-        by_env: dict[tuple[str, str], list[float]] = defaultdict(list)
-        for r in plays:
-            if r.status != "failed":
-                by_env[(r.env_id, r.arm)].append(r.episode_return)
-        with self.store.batch() as batch:
-            for env in active:
-                if not env.designed_now:
-                    continue
-                no_hint = by_env[(env.env_id, "no_hint")]
-                win = _mean([1.0 if x > 0 else 0.0 for x in no_hint])
-                regret = _mean(by_env[(env.env_id, "hint")]) - _mean(no_hint)
-                batch.put_memory(
-                    MemoryRecord(env_id=env.env_id, skill=env.skill, name=env.class_name, code=env.code[: self.config.curriculum.example_code_chars], win_rate=win, regret=regret, step=step, source="designed")
-                )
-        memory = list(self.store.memory())
-        drop = evicted(memory, self.config.curriculum.memory_capacity)
-        if drop:
-            with self.store.batch() as batch:
-                for env_id in drop:
-                    batch.delete_memory(env_id)
-
     # ------------------------------------------------------------------ learner
     async def send_batch(self, step: int, samples: list[Sample], checkpoint: bool, active: list[ActiveEnv] | None = None) -> None:
         """Record the batch (and the run state after this step) in one transaction, then send it."""
@@ -588,9 +505,11 @@ class Engine:
         plays = self._store_plays(step, results)
         samples, zero_groups = self.agent_samples(plays)
         samples, too_stale = self.drop_stale(samples)
-        self.close_window(step, len(samples))
+        for reward in close_window(self.store, self.config.reward, self.k, step, len(samples)):
+            if reward.sample is not None:
+                self.designer_due[reward.record.reward_step].append(reward.sample)
         if step % self.k == 0:
-            self.update_memory(step, active, plays)
+            update_memory(self.store, self.config.curriculum, step, active, plays)
         due = self.designer_due.pop(step, [])
         tokens = design_tokens + sum(r.tokens_generated for r in plays)
         stats = self._stats(step, plays, results, samples, due, zero_groups, envs_requested, envs_valid, seconds, tokens)
@@ -606,8 +525,8 @@ class Engine:
                 returns[r.arm].append(r.episode_return)
                 if r.arm == "no_hint":
                     per_env[r.env_id].append(1.0 if r.episode_return > 0 else 0.0)
-        win = {arm: _mean([1.0 if x > 0 else 0.0 for x in values]) for arm, values in returns.items()}
-        env_win = [_mean(v) for v in per_env.values()]
+        win = {arm: mean([1.0 if x > 0 else 0.0 for x in values]) for arm, values in returns.items()}
+        env_win = [mean(v) for v in per_env.values()]
         parse_rules = defaultdict(int)
         for r in plays:
             for t in r.turns:
@@ -623,10 +542,10 @@ class Engine:
             "plays_failed": sum(1 for r in plays if r.status == "failed") + sum(1 for r in results if isinstance(r, TaskFailed)),
             "win_rate_no_hint": win.get("no_hint", 0.0),
             "win_rate_hint": win.get("hint", 0.0),
-            "mean_return_no_hint": _mean(returns["no_hint"]),
-            "mean_return_hint": _mean(returns["hint"]),
-            "mean_regret": _mean(returns["hint"]) - _mean(returns["no_hint"]),
-            "learnable_share": _mean([1.0 if learnable(w) else 0.0 for w in env_win]),
+            "mean_return_no_hint": mean(returns["no_hint"]),
+            "mean_return_hint": mean(returns["hint"]),
+            "mean_regret": mean(returns["hint"]) - mean(returns["no_hint"]),
+            "learnable_share": mean([1.0 if learnable(w) else 0.0 for w in env_win]),
             "agent_samples": len(samples),
             "designer_samples": len(due),
             "zero_variance_groups": zero_groups,

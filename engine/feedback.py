@@ -1,0 +1,104 @@
+"""What a step's plays feed back into the curriculum: the delayed designer rewards and the environment memory.
+
+- `close_window(store, reward, k, end_step, agent_samples_per_step)`: when the plays of step `end_step` are
+  stored and the k-step window of the environments made at `end_step + 1 - k` is complete, compute each valid
+  designed environment's reward (engine/rewards.py) from the agent returns of its window, centre it per skill,
+  store a `DesignerRewardRecord` for each, and return them with the designer samples to train on (due at
+  `end_step + 1`).
+- `update_memory(store, curriculum, step, active, plays)`: after a refresh step, record each environment made
+  at that refresh with the win rate and regret of its plays, then evict past the memory's capacity.
+Both write in one LMDB transaction each and read a step's trajectories once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import msgspec
+
+from engine.config import CurriculumConfig, RewardConfig
+from engine.curriculum import ActiveEnv
+from engine.messages import PlayResult, Sample
+from engine.rewards import designer_advantages, designer_reward, designer_scale, mean
+from storage.memory import evicted
+from storage.records import DesignerRewardRecord, MemoryRecord
+from storage.store import Store
+
+
+class DesignerReward(msgspec.Struct, frozen=True):
+    record: DesignerRewardRecord
+    sample: Sample | None  # the designer's sample with its reward and advantage; None when it is not trained
+
+
+def close_window(store: Store, reward: RewardConfig, k: int, end_step: int, agent_samples_per_step: int) -> list[DesignerReward]:
+    """Designer rewards for the environments made at end_step + 1 - k (none unless that was a refresh step)."""
+    env_step = end_step + 1 - k
+    if env_step < 0 or env_step % k:
+        return []
+    envs = [e for e in store.environments() if e.source == "designed" and e.valid and e.step_created == env_step]
+    if not envs:
+        return []
+    wanted = {e.env_id for e in envs}
+    returns: dict[tuple[str, int, str], list[float]] = defaultdict(list)  # (env, step, arm) -> agent returns
+    designer_samples: dict[str, Sample] = {}
+    for step in range(env_step, end_step + 1):
+        for t in store.trajectories(step):
+            if t.role == "designer" and step == env_step:
+                designer_samples[t.sample_id] = t.sample
+            elif t.role == "agent" and t.env_id in wanted and t.status != "failed":
+                returns[(t.env_id, step, t.arm)].append(t.episode_return)
+    window = range(env_step, end_step + 1)
+    rows = []
+    for env in envs:
+        first_hint, first_no_hint = returns[(env.env_id, env_step, "hint")], returns[(env.env_id, env_step, "no_hint")]
+        raw, regret, win = designer_reward(
+            reward,
+            hint_returns_first=first_hint,
+            no_hint_returns_first=first_no_hint,
+            hint_returns_all=[x for s in window for x in returns[(env.env_id, s, "hint")]],
+            no_hint_returns_all=[x for s in window for x in returns[(env.env_id, s, "no_hint")]],
+        )
+        rows.append((env, raw, regret, win, mean(first_hint), mean(first_no_hint)))
+    scale = designer_scale(reward, agent_samples_per_step, len(rows), k)
+    advantages = designer_advantages([r[0].skill for r in rows], [r[1] for r in rows], scale, reward.designer_advantage == "standardised")
+    out = []
+    with store.batch() as batch:
+        for (env, raw, regret, win, hint_return, no_hint_return), advantage in zip(rows, advantages):
+            record = DesignerRewardRecord(
+                env_id=env.env_id, skill=env.skill, designer_sample_id=env.designer_sample_id, env_step=env_step,
+                reward_step=env_step + k, variant=reward.designer_reward, regret=regret, win_rate=win,
+                raw_reward=raw, advantage=advantage, hint_return=hint_return, no_hint_return=no_hint_return,
+            )
+            batch.put_designer_reward(record)
+            sample = designer_samples.get(env.designer_sample_id)
+            if sample is not None and reward.train_designer:
+                sample = msgspec.structs.replace(sample, reward=raw, advantage=advantage)
+            else:
+                sample = None
+            out.append(DesignerReward(record, sample))
+    return out
+
+
+def update_memory(store: Store, curriculum: CurriculumConfig, step: int, active: list[ActiveEnv], plays: list[PlayResult]) -> None:
+    """Remember the environments made at this refresh with how their plays went; evict past capacity."""
+    by_env: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in plays:
+        if r.status != "failed":
+            by_env[(r.env_id, r.arm)].append(r.episode_return)
+    with store.batch() as batch:
+        for env in active:
+            if not env.designed_now:
+                continue
+            no_hint = by_env[(env.env_id, "no_hint")]
+            batch.put_memory(
+                MemoryRecord(
+                    env_id=env.env_id, skill=env.skill, name=env.class_name, code=env.code[: curriculum.example_code_chars],
+                    win_rate=mean([1.0 if x > 0 else 0.0 for x in no_hint]), regret=mean(by_env[(env.env_id, "hint")]) - mean(no_hint),
+                    step=step, source="designed",
+                )
+            )
+    drop = evicted(list(store.memory()), curriculum.memory_capacity)
+    if drop:
+        with store.batch() as batch:
+            for env_id in drop:
+                batch.delete_memory(env_id)

@@ -1,0 +1,134 @@
+import pytest
+
+from engine.config import CurriculumConfig, RewardConfig
+from engine.curriculum import ActiveEnv
+from engine.feedback import close_window, update_memory
+from engine.messages import PlayResult, Sample
+from storage.records import EnvironmentRecord, MemoryRecord, TrajectoryRecord, pack_floats, pack_ints, pack_mask
+from storage.store import Store
+
+K = 2
+
+
+def _sample(sample_id, role, env_id, skill, arm, step):
+    return Sample(
+        sample_id=sample_id, role=role, env_id=env_id, skill=skill, arm=arm, step=step,
+        tokens=pack_ints([1, 2, 3]), loss_mask=pack_mask([0, 1, 1]), logprobs=pack_floats([0, -1, -2]),
+        versions=pack_ints([-1, 0, 0]), reward=0.0,
+    )
+
+
+def _env(env_id, skill, *, valid=True, step=0, source="designed"):
+    return EnvironmentRecord(
+        env_id=env_id, skill=skill, step_created=step, source=source, passage_id="p", attempt=0, code="class XEnv: ...",
+        reply="", hint="h", valid=valid, reason="", checks=[], designer_sample_id=f"d-{env_id}", worker_id="w", created_at=0.0,
+    )
+
+
+def _play(sample_id, env_id, skill, arm, step, episode_return, status="completed"):
+    return TrajectoryRecord(
+        sample_id=sample_id, role="agent", env_id=env_id, skill=skill, arm=arm, step=step, seed=0, status=status,
+        failure="", episode_return=episode_return, turns=[], sample=_sample(sample_id, "agent", env_id, skill, arm, step), created_at=0.0,
+    )
+
+
+def _design(env_id, skill, step=0):
+    sample_id = f"d-{env_id}"
+    return TrajectoryRecord(
+        sample_id=sample_id, role="designer", env_id=env_id, skill=skill, arm="no_hint", step=step, seed=0, status="designed",
+        failure="", episode_return=0.0, turns=[], sample=_sample(sample_id, "designer", env_id, skill, "no_hint", step), created_at=0.0,
+    )
+
+
+@pytest.fixture
+def store(tmp_path):
+    """Environments made at step 0 (k = 2): e1 and e2 of skill A, e3 alone in skill B, and a rejected one."""
+    store = Store.open(tmp_path / "store")
+    returns = {  # (env, step, arm): returns of its plays
+        ("e1", 0, "hint"): [1.0, 1.0], ("e1", 0, "no_hint"): [0.0, 1.0],
+        ("e1", 1, "hint"): [1.0, 0.0], ("e1", 1, "no_hint"): [0.0, 0.0],
+        ("e2", 0, "hint"): [0.0, 0.0], ("e2", 0, "no_hint"): [0.0, 0.0],
+        ("e2", 1, "hint"): [1.0, 1.0], ("e2", 1, "no_hint"): [1.0, 0.0],
+        ("e3", 0, "hint"): [1.0, 1.0], ("e3", 0, "no_hint"): [0.0, 0.0],
+        ("e3", 1, "hint"): [1.0, 1.0], ("e3", 1, "no_hint"): [0.0, 0.0],
+    }
+    skills = {"e1": "A", "e2": "A", "e3": "B", "bad": "A"}
+    with store.batch() as batch:
+        for env_id, skill in skills.items():
+            batch.put_environment(_env(env_id, skill, valid=env_id != "bad"))
+            batch.put_trajectory(_design(env_id, skill))
+        for (env_id, step, arm), values in returns.items():
+            for i, value in enumerate(values):
+                batch.put_trajectory(_play(f"{env_id}-{step}-{arm}-{i}", env_id, skills[env_id], arm, step, value))
+        # a failed play is not a return of 1.0, and an environment of a later refresh is not in this window
+        batch.put_trajectory(_play("e1-failed", "e1", "A", "no_hint", 0, 1.0, status="failed"))
+        batch.put_environment(_env("later", "A", step=2))
+    yield store
+    store.close()
+
+
+def test_window_closes_only_k_steps_after_a_refresh(store):
+    assert close_window(store, RewardConfig(), K, 0, 8) == []  # env_step -1
+    assert close_window(store, RewardConfig(), K, 2, 8) == []  # env_step 1 is no refresh step
+    assert list(store.designer_rewards()) == []
+
+
+def test_regret_over_the_window_centred_per_skill(store):
+    config = RewardConfig(designer_reward="regret")
+    rewards = {r.record.env_id: r for r in close_window(store, config, K, 1, 8)}
+    assert set(rewards) == {"e1", "e2", "e3"}  # valid designs of step 0 only
+    # regret = mean hinted - mean unhinted return over steps 0 and 1 (the failed play is left out)
+    assert rewards["e1"].record.regret == pytest.approx(3 / 4 - 1 / 4)
+    assert rewards["e2"].record.regret == pytest.approx(2 / 4 - 1 / 4)
+    assert rewards["e3"].record.regret == pytest.approx(1.0)
+    assert rewards["e1"].record.win_rate == pytest.approx(1 / 4)
+    scale = min(8 / 3 * K, 50.0)
+    assert rewards["e1"].record.advantage == pytest.approx((0.5 - 0.375) * scale)
+    assert rewards["e2"].record.advantage == pytest.approx((0.25 - 0.375) * scale)
+    assert rewards["e3"].record.advantage == 0.0  # alone in its skill
+    for r in rewards.values():
+        assert (r.record.env_step, r.record.reward_step) == (0, K)
+        assert r.sample.sample_id == f"d-{r.record.env_id}"
+        assert (r.sample.reward, r.sample.advantage) == (r.record.raw_reward, r.record.advantage)
+    assert {r.env_id for r in store.designer_rewards()} == {"e1", "e2", "e3"}
+
+
+def test_blend_uses_the_refresh_steps_regret_and_the_windows_win_rate(store):
+    rewards = {r.record.env_id: r.record for r in close_window(store, RewardConfig(), K, 1, 8)}
+    e1 = rewards["e1"]
+    assert e1.regret == pytest.approx(1.0 - 0.5)  # step 0 only ("matched timing")
+    assert (e1.hint_return, e1.no_hint_return) == (1.0, 0.5)
+    # 0.4 * clip(0.5 / 0.15, 0, 1) + 0.6 * plateau(0.25), plateau ramping to 0 over 0.25 below 0.4
+    assert e1.raw_reward == pytest.approx(0.4 + 0.6 * (1 - 0.15 / 0.25))
+
+
+def test_untrained_designer_still_gets_its_record(store):
+    rewards = close_window(store, RewardConfig(train_designer=False), K, 1, 8)
+    assert len(rewards) == 3 and all(r.sample is None for r in rewards)
+
+
+def _result(env_id, arm, episode_return, status="completed"):
+    sample = _sample(f"{env_id}-{arm}", "agent", env_id, "A", arm, 0)
+    return PlayResult(
+        task_id="t", worker_id="w", env_id=env_id, arm=arm, seed=0, status=status, failure="", episode_return=episode_return,
+        turns=[], agent=sample, tokens_generated=1, seconds=0.0,
+    )
+
+
+def test_memory_records_the_environments_made_now_and_evicts(tmp_path):
+    store = Store.open(tmp_path / "store")
+    with store.batch() as batch:
+        for i in range(2):
+            batch.put_memory(MemoryRecord(env_id=f"old{i}", skill="A", name="OldEnv", code="", win_rate=0.5, regret=0.0, step=i, source="designed"))
+    active = [
+        ActiveEnv(env_id="new", skill="A", code="x" * 50, hint="h", designed_now=True, class_name="NewEnv"),
+        ActiveEnv(env_id="reused", skill="A", code="", hint="h", designed_now=False, class_name="ReusedEnv"),
+    ]
+    plays = [_result("new", "no_hint", 1.0), _result("new", "no_hint", 0.0), _result("new", "no_hint", 1.0, status="failed"),
+             _result("new", "hint", 1.0), _result("reused", "no_hint", 1.0)]
+    update_memory(store, CurriculumConfig(memory_capacity=2, example_code_chars=10), 4, active, plays)
+    memory = {m.env_id: m for m in store.memory()}
+    assert set(memory) == {"old1", "new"}  # capacity 2: the oldest designed record goes; a reused env is not added
+    new = memory["new"]
+    assert (new.win_rate, new.regret, new.step, new.name, new.code) == (0.5, 0.5, 4, "NewEnv", "x" * 10)
+    store.close()
