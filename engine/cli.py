@@ -156,6 +156,8 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
     from engine.processes import ChildFailed
     from engine.run import Engine, EngineError
     from engine.summary import print_summary
+    from storage.records import StoredRecordError
+    from storage.store import StoreFullError
 
     view = LiveView(config.run.steps, enabled=None if live else False)
     engine = Engine(config, paths, seeds, view=view)
@@ -168,7 +170,7 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
         if any(isinstance(e, KeyboardInterrupt) for e in leaves):
             print("\ninterrupted: stopping the learner and workers; everything committed stays in the store", file=sys.stderr)
             code = 130
-        elif all(isinstance(e, (EngineError, ChildFailed)) for e in leaves):
+        elif all(isinstance(e, (EngineError, ChildFailed, StoreFullError, StoredRecordError)) for e in leaves):
             for e in leaves:
                 print(f"error: {e}", file=sys.stderr)
             code = 1

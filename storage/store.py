@@ -13,6 +13,8 @@ Databases: `environments` (env_id), `trajectories` (step/sample_id), `memory` (e
 from __future__ import annotations
 
 import contextlib
+import errno
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,7 +34,8 @@ from storage.records import (
 
 T = TypeVar("T")
 
-MAP_SIZE = 32 << 30  # the file is sparse; this is only the ceiling
+MAP_SIZE = 1 << 40  # 1 TiB of address space: the file grows only as records are written; a paper-scale run
+# (hundreds of steps of 576 long multi-turn trajectories) stores tens of GB
 DATABASES = {
     "environments": EnvironmentRecord,
     "trajectories": TrajectoryRecord,
@@ -43,6 +46,10 @@ DATABASES = {
 }
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS = {name: msgspec.msgpack.Decoder(kind) for name, kind in DATABASES.items()}
+
+
+class StoreFullError(Exception):
+    """The disk under the store (or its map) is full; nothing of the failed transaction was written."""
 
 
 class Batch:
@@ -105,8 +112,23 @@ class Store:
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[Batch]:
-        with self._env.begin(write=True) as txn:
-            yield Batch(txn, self._dbs)
+        """One write transaction: all of it is committed on exit, or none of it (on an error)."""
+        try:
+            with self._env.begin(write=True) as txn:
+                yield Batch(txn, self._dbs)
+        except (lmdb.MapFullError, lmdb.DiskError) as exc:
+            raise self._full(exc) from exc
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            raise self._full(exc) from exc
+
+    def _full(self, exc: BaseException) -> StoreFullError:
+        free = shutil.disk_usage(self.path).free
+        return StoreFullError(
+            f"the LMDB store at {self.path} cannot grow ({type(exc).__name__}: {exc}; {free / 2**30:.1f} GiB free on its disk): "
+            "free disk space, then continue with `bin/spade-engine up --resume RUN_DIR`; everything committed before is kept"
+        )
 
     # ------------------------------------------------------------ reads
     def _decode(self, db: str, key: bytes, value: bytes) -> Any:

@@ -84,3 +84,21 @@ def test_check_sample_names_the_misaligned_array():
     broken = msgspec.structs.replace(_sample(), logprobs=pack_floats([0.0]))
     with pytest.raises(ValueError, match=r"^sample x: logprobs has 1 entries for 3 tokens$"):
         check_sample(broken)
+
+
+def test_a_full_store_says_what_to_do_and_keeps_what_was_committed(tmp_path, monkeypatch):
+    import storage.store
+
+    monkeypatch.setattr(storage.store, "MAP_SIZE", 256 << 10)
+    store = Store.open(tmp_path / "store")
+    with store.batch() as batch:
+        batch.put_trajectory(_trajectory("kept", 0))
+    big = Sample(**{**{f: getattr(_sample(), f) for f in _sample().__struct_fields__}, "tokens": pack_ints(list(range(200_000)))})
+    record = TrajectoryRecord(
+        sample_id="big", role="agent", env_id="e", skill="s", arm="hint", step=0, seed=1, status="completed",
+        failure="", episode_return=1.0, turns=[], sample=big, created_at=0.0,
+    )
+    with pytest.raises(storage.store.StoreFullError, match=r"cannot grow \(MapFullError.*free disk space, then continue with `bin/spade-engine up --resume RUN_DIR`"):
+        with store.batch() as batch:
+            batch.put_trajectory(record)
+    assert [t.sample_id for t in store.trajectories()] == ["kept"]
