@@ -2,7 +2,8 @@
 
 - `close_window(store, reward, k, end_step, agent_samples_per_step)`: when the plays of step `end_step` are
   stored and the k-step window of the environments made at `end_step + 1 - k` is complete, compute each valid
-  designed environment's reward (engine/rewards.py) from the agent returns of its window, centre it per skill,
+  designed environment's reward (engine/rewards.py) from the agent returns of its window (an environment with no
+  plays at its refresh step, left over from an interrupted refresh, earns none), centre it per skill,
   store a `DesignerRewardRecord` for each, and return them with the designer samples to train on (due at
   `end_step + 1`).
 - `update_memory(store, curriculum, step, active, plays)`: after a refresh step, record each environment made
@@ -41,12 +42,20 @@ def close_window(store: Store, reward: RewardConfig, k: int, end_step: int, agen
     wanted = {e.env_id for e in envs}
     returns: dict[tuple[str, int, str], list[float]] = defaultdict(list)  # (env, step, arm) -> agent returns
     designer_samples: dict[str, Sample] = {}
+    played: set[str] = set()  # environments with plays at their refresh step, failed ones included
     for step in range(env_step, end_step + 1):
         for t in store.trajectories(step):
             if t.role == "designer" and step == env_step:
                 designer_samples[t.sample_id] = t.sample
-            elif t.role == "agent" and t.env_id in wanted and t.status != "failed":
-                returns[(t.env_id, step, t.arm)].append(t.episode_return)
+            elif t.role == "agent" and t.env_id in wanted:
+                if step == env_step:
+                    played.add(t.env_id)
+                if t.status != "failed":
+                    returns[(t.env_id, step, t.arm)].append(t.episode_return)
+    # A valid design that was never played (left over from an interrupted refresh that was redone) earns nothing.
+    envs = [e for e in envs if e.env_id in played]
+    if not envs:
+        return []
     window = range(env_step, end_step + 1)
     rows = []
     for env in envs:

@@ -412,10 +412,12 @@ class Engine:
                 raise EngineError(f"the run state names environment {env_id}, which is not in the store")
             designed_now = env.source == "designed" and env.step_created == state.refresh_step
             active.append(ActiveEnv(env_id=env.env_id, skill=env.skill, code=env.code, hint=env.hint, designed_now=designed_now, class_name=_class_name(env.code)))
+        # Designer samples due at the next step (steps_done): their window closed at the last committed step. A
+        # reward due later was computed by a step that is not committed; that step is played again and recomputes it.
         trained = {entry.trajectory_key for record in self.store.batches() for entry in record.entries}
         for reward in self.store.designer_rewards():
             key = trajectory_key(reward.env_step, reward.designer_sample_id)
-            if reward.reward_step >= state.steps_done and self.config.reward.train_designer and key not in trained:
+            if reward.reward_step == state.steps_done and self.config.reward.train_designer and key not in trained:
                 trajectory = self.store.trajectory(key)
                 if trajectory is not None:
                     self.designer_due[reward.reward_step].append(msgspec.structs.replace(trajectory.sample, reward=reward.raw_reward, advantage=reward.advantage))

@@ -63,6 +63,7 @@ def store(tmp_path):
         # a failed play is not a return of 1.0, and an environment of a later refresh is not in this window
         batch.put_trajectory(_play("e1-failed", "e1", "A", "no_hint", 0, 1.0, status="failed"))
         batch.put_environment(_env("later", "A", step=2))
+        batch.put_environment(_env("ghost", "A"))  # valid, made at step 0, never played (an interrupted refresh)
     yield store
     store.close()
 
@@ -76,7 +77,7 @@ def test_window_closes_only_k_steps_after_a_refresh(store):
 def test_regret_over_the_window_centred_per_skill(store):
     config = RewardConfig(designer_reward="regret")
     rewards = {r.record.env_id: r for r in close_window(store, config, K, 1, 8)}
-    assert set(rewards) == {"e1", "e2", "e3"}  # valid designs of step 0 only
+    assert set(rewards) == {"e1", "e2", "e3"}  # valid designs of step 0 that were played
     # regret = mean hinted - mean unhinted return over steps 0 and 1 (the failed play is left out)
     assert rewards["e1"].record.regret == pytest.approx(3 / 4 - 1 / 4)
     assert rewards["e2"].record.regret == pytest.approx(2 / 4 - 1 / 4)
