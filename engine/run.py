@@ -4,7 +4,8 @@ Each step s (0-based):
 1. if s % k == 0: refresh. Pick the active skills (round-robin), and for every slot ask a worker for a design
    grounded on a fresh passage and memory examples; retry failed slots with new passages; store every attempt
    (valid or rejected, with its verdict); a slot left empty plays an earlier valid environment of its skill.
-2. wait until the learner is at most `run.max_staleness` versions behind step s (admission control).
+2. wait until the learner is at most `run.max_staleness` versions behind the version that will train step s's
+   batch (admission control); agent samples found staler than that when the batch is built are dropped.
 3. play every active environment G times without and H times with its hint; store the trajectories.
 4. agent advantages (z-score per environment and arm); designer samples whose reward fell due at s join them;
    send the batch to the learner, which publishes version s + 1.
@@ -72,6 +73,20 @@ class EngineError(RuntimeError):
     pass
 
 
+def drop_stale(samples: list[Sample], trained_at: int, bound: int) -> tuple[list[Sample], int]:
+    """Agent samples with a token sampled more than `bound` versions before `trained_at` (the learner's version
+    when it trains this batch: the batch's index) are dropped and counted, never trained on. Designer samples are
+    late by design (k steps) and exempt; the objective's correction handles them."""
+    kept = []
+    for sample in samples:
+        versions = unpack_ints(sample.versions)
+        sampled = versions[versions >= 0]
+        if sample.role == "agent" and sampled.size and trained_at - int(sampled.min()) > bound:
+            continue
+        kept.append(sample)
+    return kept, len(samples) - len(kept)
+
+
 def play_seed(run_seed: int, env_id: str, step: int, arm: str, index: int) -> int:
     return zlib.crc32(f"{run_seed}:{env_id}:{step}:{arm}:{index}".encode()) & 0x7FFFFFFF
 
@@ -105,6 +120,7 @@ class Engine:
         self.children: list[Child] = []
         self.step_stats: dict[int, dict] = {}
         self.batches_sent = 0
+        self.extra_batches = 0  # batches tied to no step: the final designer flush of a finished run now extended
         self.learner_metrics: dict[int, dict] = {}
         self.designer_due: dict[int, list[Sample]] = defaultdict(list)
         self.isolation = ""
@@ -192,6 +208,10 @@ class Engine:
             self.paths.update_meta(sandbox_isolation=level)
             if not level.startswith("bubblewrap"):
                 self.view.line(f"WARNING: the sandbox runs with weak isolation ({level}); install bubblewrap for full isolation")
+
+    def batch_index(self, step: int) -> int:
+        """The index of step's training batch, which is the learner's policy version when it trains that batch."""
+        return step + self.extra_batches
 
     async def wait_for_version(self, version: int, label: str) -> None:
         while self.policy_version < version:
@@ -349,19 +369,6 @@ class Engine:
             samples += [msgspec.structs.replace(r.agent, advantage=a) for r, a in zip(members, advantages)]
         return samples, zero_groups
 
-    def drop_stale(self, samples: list[Sample]) -> tuple[list[Sample], int]:
-        """Agent samples whose oldest token is more than `run.max_staleness` versions behind the learner are
-        dropped (and counted), never trained on. Designer samples are late by design and exempt."""
-        bound = self.config.run.max_staleness
-        kept = []
-        for sample in samples:
-            versions = unpack_ints(sample.versions)
-            sampled = versions[versions >= 0]
-            if sample.role == "agent" and sampled.size and self.policy_version - int(sampled.min()) > bound:
-                continue
-            kept.append(sample)
-        return kept, len(samples) - len(kept)
-
     # ------------------------------------------------------------------ learner
     async def send_batch(self, step: int, samples: list[Sample], checkpoint: bool, active: list[ActiveEnv] | None = None) -> None:
         """Record the batch (and the run state after this step) in one transaction, then send it."""
@@ -454,13 +461,14 @@ class Engine:
         if first:
             self.view.line(f"resume: {first} steps done; continuing at step {first + 1} of {steps}")
         await self.catch_up_learner()
+        self.extra_batches = self.batches_sent - first
         step = first
         while step < steps:
             epoch_end = min(steps, (step // self.k + 1) * self.k)
             designs = (0, 0, 0)
             epoch_started = time.monotonic()
             if step % self.k == 0:
-                await self.wait_for_version(step - cfg.run.max_staleness, f"step {step + 1}")
+                await self.wait_for_version(self.batch_index(step) - cfg.run.max_staleness, f"step {step + 1}")
                 active, requested, valid, design_tokens = await self.refresh(step)
                 designs = (requested, valid, design_tokens)
             if not active:
@@ -492,7 +500,7 @@ class Engine:
 
         async def admit(nursery) -> None:
             for step in steps:
-                await self.wait_for_version(step - bound, f"step {step + 1}")
+                await self.wait_for_version(self.batch_index(step) - bound, f"step {step + 1}")
                 started[step] = epoch_started if step == steps.start else time.monotonic()  # a refresh counts
                 nursery.start_soon(play, step)
 
@@ -506,7 +514,7 @@ class Engine:
     async def finish_step(self, step, results, active, envs_requested, envs_valid, design_tokens, seconds) -> None:
         plays = self._store_plays(step, results)
         samples, zero_groups = self.agent_samples(plays)
-        samples, too_stale = self.drop_stale(samples)
+        samples, too_stale = drop_stale(samples, self.batches_sent, self.config.run.max_staleness)
         for reward in close_window(self.store, self.config.reward, self.k, step, len(samples)):
             if reward.sample is not None:
                 self.designer_due[reward.record.reward_step].append(reward.sample)

@@ -77,9 +77,10 @@ def run(mode: str, eta: int, args, root: Path, model: Path, seeds: Path, learner
         raise SystemExit(f"{mode} run failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     started = json.loads((run_dir / "run.json").read_text())["curriculum_started"]
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    samples = sum(m.get("agent_samples", 0) for m in lines)
+    samples = sum(m.get("agent_samples", 0) for m in lines)  # dropped (too stale) samples are not counted
+    dropped = sum(m.get("dropped_stale", 0) for m in lines)
     seconds = max(m["time"] for m in lines) - started
-    return {"samples": samples, "seconds": seconds, "samples_per_s": samples / seconds, "max_staleness": eta}
+    return {"samples": samples, "dropped": dropped, "seconds": seconds, "samples_per_s": samples / seconds, "max_staleness": eta}
 
 
 def main() -> int:
@@ -108,14 +109,14 @@ def main() -> int:
             sync = run(f"sync-{reading}", 0, args, root, model, seeds, learner_s)
             print(f"[{reading}] sync  (eta=0): {sync['samples']} samples in {sync['seconds']:.1f} s = {sync['samples_per_s']:.2f} samples/s", flush=True)
             asyn = run(f"async-{reading}", 4, args, root, model, seeds, learner_s)
-            print(f"[{reading}] async (eta=4): {asyn['samples']} samples in {asyn['seconds']:.1f} s = {asyn['samples_per_s']:.2f} samples/s", flush=True)
+            print(f"[{reading}] async (eta=4): {asyn['samples']} samples ({asyn['dropped']} dropped as too stale) in {asyn['seconds']:.1f} s = {asyn['samples_per_s']:.2f} samples/s", flush=True)
             figures[reading] = {"learner_s": learner_s, "sync": sync, "async": asyn, "ratio": asyn["samples_per_s"] / sync["samples_per_s"]}
     head = figures["episode"]
     batch = figures["batch"]
     print(json.dumps({
         "bench": "async", "ratio": round(head["ratio"], 3), "target": 2.5,
         "sync_samples_per_s": round(head["sync"]["samples_per_s"], 3), "async_samples_per_s": round(head["async"]["samples_per_s"], 3),
-        "learner_step_s": round(head["learner_s"], 3),
+        "learner_step_s": round(head["learner_s"], 3), "async_dropped_stale": head["async"]["dropped"],
         "batch_reading_ratio": round(batch["ratio"], 3), "batch_reading_bound": 2.0,
         "batch_reading_sync_samples_per_s": round(batch["sync"]["samples_per_s"], 3),
         "batch_reading_async_samples_per_s": round(batch["async"]["samples_per_s"], 3),

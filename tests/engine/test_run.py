@@ -1,8 +1,18 @@
 from engine.config import load_config
 from engine.live import LiveView
+from engine.messages import Sample
 from engine.paths import RunPaths
-from engine.run import Engine
-from storage.records import BatchEntry, BatchRecord, DesignerRewardRecord, EnvironmentRecord, RunState
+from engine.run import Engine, drop_stale
+from storage.records import (
+    BatchEntry,
+    BatchRecord,
+    DesignerRewardRecord,
+    EnvironmentRecord,
+    RunState,
+    pack_floats,
+    pack_ints,
+    pack_mask,
+)
 from storage.store import trajectory_key
 from tests.engine.test_feedback import _design
 
@@ -35,3 +45,23 @@ def test_restore_keeps_only_the_designer_samples_due_next_and_not_yet_trained(tm
     assert {step: [s.sample_id for s in due] for step, due in engine.designer_due.items()} == {3: ["d-e0", "d-e1"]}
     assert all((s.reward, s.advantage) == (0.7, 0.1) for s in engine.designer_due[3])
     engine.store.close()
+
+
+def _sampled_by(role, versions):
+    mask = [0] + [1] * len(versions)
+    return Sample(
+        sample_id=f"{role}-{versions}", role=role, env_id="e", skill="A", arm="no_hint", step=0,
+        tokens=pack_ints(list(range(len(mask)))), loss_mask=pack_mask(mask), logprobs=pack_floats([0.0] * len(mask)),
+        versions=pack_ints([-1] + versions), reward=0.0,
+    )
+
+
+def test_samples_staler_than_the_bound_at_training_time_are_dropped_and_counted():
+    """The batch trained at version 6 with bound 2: an episode whose first turn was sampled by version 3 goes,
+    even though its last turn is fresh; designer samples (late by design) stay."""
+    fresh, edge, spans, old = _sampled_by("agent", [6]), _sampled_by("agent", [4, 5]), _sampled_by("agent", [3, 6]), _sampled_by("agent", [1])
+    designer = _sampled_by("designer", [1])
+    kept, dropped = drop_stale([fresh, edge, spans, old, designer], trained_at=6, bound=2)
+    assert kept == [fresh, edge, designer] and dropped == 2
+    current, spans_an_update = _sampled_by("agent", [4]), _sampled_by("agent", [3, 4])
+    assert drop_stale([current, spans_an_update], trained_at=4, bound=0) == ([current], 1)  # synchronous: current version only
