@@ -122,12 +122,12 @@ def cmd_up(args) -> int:
 
 
 def _seeds(config):
-    from engine.curriculum import SEEDS_DIR, load_seeds
+    from engine.curriculum import SEEDS_DIR, SeedsError, load_seeds
 
-    folder = Path(config.curriculum.seeds) if config.curriculum.seeds else SEEDS_DIR
-    if not (folder / "manifest.json").is_file():
-        raise UsageError(f"curriculum.seeds: {folder} has no manifest.json (a list of {{file, skill, hint}})")
-    return load_seeds(folder)
+    try:
+        return load_seeds(Path(config.curriculum.seeds) if config.curriculum.seeds else SEEDS_DIR)
+    except SeedsError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _resume(args) -> int:

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 from pathlib import Path
@@ -31,6 +32,10 @@ SKILL_DESCRIPTIONS = {
 
 class CorpusError(ValueError):
     """The corpus file or folder cannot be used; the message says why."""
+
+
+class SeedsError(ValueError):
+    """The seed environments folder cannot be used; the message names the entry and what is wrong."""
 
 
 class Passage(msgspec.Struct, frozen=True):
@@ -112,11 +117,37 @@ class PassageSampler:
 
 
 def load_seeds(folder: Path = SEEDS_DIR) -> list[SeedEnvironment]:
-    manifest = json.loads((folder / "manifest.json").read_text())
-    return [
-        SeedEnvironment(name=Path(item["file"]).stem, skill=item["skill"], code=(folder / item["file"]).read_text(), hint=item["hint"])
-        for item in manifest
-    ]
+    """The seed environments listed in `folder/manifest.json`: a JSON list of {file, skill, hint}."""
+    manifest_path = folder / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        raise SeedsError(f"curriculum.seeds: {folder} has no manifest.json (a JSON list of {{file, skill, hint}})") from None
+    except json.JSONDecodeError as exc:
+        raise SeedsError(f"curriculum.seeds: {manifest_path} is not JSON: {exc.msg} (line {exc.lineno})") from None
+    if not isinstance(manifest, list):
+        raise SeedsError(f"curriculum.seeds: {manifest_path} must be a JSON list of {{file, skill, hint}} objects")
+    seeds = []
+    for index, item in enumerate(manifest):
+        where = f"curriculum.seeds: {manifest_path} entry {index}"
+        if not isinstance(item, dict) or not all(isinstance(item.get(key), str) and item[key].strip() for key in ("file", "skill", "hint")):
+            raise SeedsError(f"{where} needs non-empty string fields file, skill and hint")
+        path = folder / item["file"]
+        if not path.is_file():
+            raise SeedsError(f"{where} names {path}, which does not exist")
+        seeds.append(SeedEnvironment(name=path.stem, skill=item["skill"], code=path.read_text(), hint=item["hint"]))
+    return seeds
+
+
+def env_class_name(code: str) -> str:
+    """The environment's class, by the validator's rule (the top-level class whose name ends in "Env"); the
+    memory names it in "avoid" lines. "Env" when the code does not parse or has none."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return "Env"
+    names = [node.name for node in tree.body if isinstance(node, ast.ClassDef) and node.name.endswith("Env")]
+    return names[0] if names else "Env"
 
 
 class ActiveEnv(msgspec.Struct, kw_only=True):

@@ -28,8 +28,9 @@ import trio
 import zmq
 
 from engine.config import Config
-from engine.curriculum import ActiveEnv, PassageSampler, SeedEnvironment, active_skills, load_corpus, skill_description, slot_skills, truncate_words
+from engine.curriculum import ActiveEnv, PassageSampler, SeedEnvironment, active_skills, env_class_name, load_corpus, skill_description, slot_skills, truncate_words
 from engine.dispatch import Dispatcher, WorkerState
+from engine.feedback import close_window, update_memory
 from engine.live import LiveView
 from engine.messages import (
     DesignResult,
@@ -52,7 +53,6 @@ from engine.messages import (
 )
 from engine.paths import RunPaths
 from engine.processes import Child, ChildFailed, learner_child, supervise, worker_child
-from engine.feedback import close_window, update_memory
 from engine.rewards import group_advantages, learnable, mean
 from engine.transport import MessageSocket, ProtocolError, open_socket
 from storage.memory import negative_lines, positive_examples
@@ -89,14 +89,6 @@ def drop_stale(samples: list[Sample], trained_at: int, bound: int) -> tuple[list
 
 def play_seed(run_seed: int, env_id: str, step: int, arm: str, index: int) -> int:
     return zlib.crc32(f"{run_seed}:{env_id}:{step}:{arm}:{index}".encode()) & 0x7FFFFFFF
-
-
-def _class_name(code: str) -> str:
-    for line in code.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("class ") and "Env" in stripped:
-            return stripped[len("class ") :].split("(")[0].split(":")[0].strip()
-    return "Env"
 
 
 class Engine:
@@ -250,7 +242,7 @@ class Engine:
                     )
                 if env_id not in existing:
                     batch.put_memory(
-                        MemoryRecord(env_id=env_id, skill=seed.skill, name=_class_name(seed.code), code=seed.code, win_rate=0.5, regret=0.0, step=-1, source="seed")
+                        MemoryRecord(env_id=env_id, skill=seed.skill, name=env_class_name(seed.code), code=seed.code, win_rate=0.5, regret=0.0, step=-1, source="seed")
                     )
 
     def _design_task(self, step: int, slot: int, skill: str, attempt: int, memory: list[MemoryRecord]) -> DesignTask:
@@ -275,7 +267,7 @@ class Engine:
         if not candidates:
             return None
         e = max(candidates, key=lambda e: (e.source == "designed", e.step_created, e.env_id))
-        return ActiveEnv(env_id=e.env_id, skill=e.skill, code=e.code, hint=e.hint, designed_now=False, class_name=_class_name(e.code))
+        return ActiveEnv(env_id=e.env_id, skill=e.skill, code=e.code, hint=e.hint, designed_now=False, class_name=env_class_name(e.code))
 
     async def refresh(self, step: int) -> tuple[list[ActiveEnv], int, int, int]:
         c = self.config.curriculum
@@ -304,7 +296,7 @@ class Engine:
                             )
                         )
                     if record.valid:
-                        chosen[slot] = ActiveEnv(env_id=record.env_id, skill=record.skill, code=record.code, hint=record.hint, designed_now=True, class_name=_class_name(record.code))
+                        chosen[slot] = ActiveEnv(env_id=record.env_id, skill=record.skill, code=record.code, hint=record.hint, designed_now=True, class_name=env_class_name(record.code))
         valid = sum(1 for env in chosen if env is not None)
         for i, env in enumerate(chosen):
             if env is None and (c.reuse_valid_envs or not c.design):
@@ -418,7 +410,7 @@ class Engine:
             if env is None:
                 raise EngineError(f"the run state names environment {env_id}, which is not in the store")
             designed_now = env.source == "designed" and env.step_created == state.refresh_step
-            active.append(ActiveEnv(env_id=env.env_id, skill=env.skill, code=env.code, hint=env.hint, designed_now=designed_now, class_name=_class_name(env.code)))
+            active.append(ActiveEnv(env_id=env.env_id, skill=env.skill, code=env.code, hint=env.hint, designed_now=designed_now, class_name=env_class_name(env.code)))
         # Designer samples due at the next step (steps_done): their window closed at the last committed step. A
         # reward due later was computed by a step that is not committed; that step is played again and recomputes it.
         trained = {entry.trajectory_key for record in self.store.batches() for entry in record.entries}

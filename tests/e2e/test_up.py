@@ -222,6 +222,7 @@ def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_p
         (["--corpus", "/nonexistent/corpus.jsonl"], "error: corpus /nonexistent/corpus.jsonl does not exist"),
         (["--model", "/tmp"], "error: model path /tmp is not a Hugging Face model folder (no config.json)"),
         (["--steps", "x"], "error: argument --steps: invalid int value: 'x'"),
+        (["--set", 'curriculum.seeds="/nonexistent/seeds"'], "error: curriculum.seeds: /nonexistent/seeds has no manifest.json"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):

@@ -1,0 +1,98 @@
+import json
+
+import pytest
+
+from engine.curriculum import (
+    SKILL_DESCRIPTIONS,
+    CorpusError,
+    Passage,
+    PassageSampler,
+    SeedsError,
+    active_skills,
+    env_class_name,
+    load_corpus,
+    load_seeds,
+    slot_skills,
+    truncate_words,
+)
+
+SIX = list(SKILL_DESCRIPTIONS)
+
+
+def test_three_of_six_skills_alternate_by_refresh_as_in_the_reference():
+    assert active_skills(SIX, 3, 0) == SIX[:3]
+    assert active_skills(SIX, 3, 1) == SIX[3:]
+    assert active_skills(SIX, 3, 2) == SIX[:3]
+    assert active_skills(SIX, 4, 1) == [SIX[4], SIX[5], SIX[0], SIX[1]]  # wraps around
+    assert slot_skills(["A", "B", "C"], 7) == ["A", "B", "C", "A", "B", "C", "A"]
+
+
+def test_shipped_corpus_and_seeds_load():
+    passages = load_corpus()
+    assert len(passages) >= 100 and all(p.text for p in passages)
+    assert len({p.passage_id for p in passages}) == len(passages)
+    seeds = load_seeds()
+    assert sorted(s.skill for s in seeds) == sorted(SIX)  # one per skill
+    assert all(s.hint and "class" in s.code for s in seeds)
+    assert all(env_class_name(s.code).endswith("Env") for s in seeds)
+
+
+def test_corpus_formats_and_errors(tmp_path):
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text(json.dumps({"id": "a", "text": " one "}) + "\n\n" + json.dumps({"orig_doc": "two", "text": "ignored"}) + "\n")
+    assert load_corpus(jsonl) == [Passage("a", "one"), Passage("line3", "two")]
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "b.txt").write_text("bee")
+    (folder / "empty.txt").write_text("  ")
+    assert load_corpus(folder) == [Passage("b", "bee")]
+    with pytest.raises(CorpusError, match="does not exist"):
+        load_corpus(tmp_path / "missing.jsonl")
+    jsonl.write_text('{"text": "ok"}\n{broken\n')
+    with pytest.raises(CorpusError, match=r"line 2 is not JSON"):
+        load_corpus(jsonl)
+    jsonl.write_text('{"title": "no text"}\n')
+    with pytest.raises(CorpusError, match=r"line 1 has no `text` or `orig_doc` string field"):
+        load_corpus(jsonl)
+    (folder / "b.txt").unlink()
+    with pytest.raises(CorpusError, match="holds no passages"):
+        load_corpus(folder)
+
+
+def test_passages_are_drawn_without_replacement_and_reseeding_repeats_the_order():
+    passages = [Passage(str(i), f"text {i}") for i in range(5)]
+    sampler = PassageSampler(passages, seed=1)
+    first = [sampler.sample().passage_id for _ in range(5)]
+    assert sorted(first) == ["0", "1", "2", "3", "4"]
+    sampler.reseed(1)
+    assert [sampler.sample().passage_id for _ in range(5)] == first
+
+
+def test_truncate_words_marks_the_cut():
+    assert truncate_words("a b c", 3) == "a b c"
+    assert truncate_words("a b c d", 2) == "a b\n[Document truncated at ~2 words]"
+
+
+def test_env_class_name_follows_the_validators_rule():
+    code = "class Helper(BaseEnvironment):\n    pass\n\nclass GuessEnv(Helper):\n    pass\n"
+    assert env_class_name(code) == "GuessEnv"  # not the first class that mentions Env
+    assert env_class_name("def f(:\n") == "Env"
+    assert env_class_name("class Game:\n    pass\n") == "Env"
+
+
+@pytest.mark.parametrize(
+    "manifest, message",
+    [
+        (None, "has no manifest.json"),
+        ("{not json", "is not JSON"),
+        ('{"file": "a.py"}', "must be a JSON list"),
+        ('[{"file": "a.py", "skill": "A"}]', "entry 0 needs non-empty string fields file, skill and hint"),
+        ('[{"file": "missing.py", "skill": "A", "hint": "h"}]', "entry 0 names .*missing.py, which does not exist"),
+    ],
+)
+def test_bad_seed_folders_are_named(tmp_path, manifest, message):
+    (tmp_path / "a.py").write_text("class AEnv: ...\n")
+    if manifest is not None:
+        (tmp_path / "manifest.json").write_text(manifest)
+    with pytest.raises(SeedsError, match=f"^curriculum.seeds: .*{message}"):
+        load_seeds(tmp_path)
