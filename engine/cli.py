@@ -156,6 +156,7 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
     from engine.processes import ChildFailed
     from engine.run import Engine, EngineError
     from engine.summary import print_summary
+    from engine.transport import PeerGone
     from storage.records import StoredRecordError
     from storage.store import StoreFullError
 
@@ -170,8 +171,9 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
         if any(isinstance(e, KeyboardInterrupt) for e in leaves):
             print("\ninterrupted: stopping the learner and workers; everything committed stays in the store", file=sys.stderr)
             code = 130
-        elif all(isinstance(e, (EngineError, ChildFailed, StoreFullError, StoredRecordError)) for e in leaves):
-            for e in leaves:
+        elif all(isinstance(e, (EngineError, ChildFailed, StoreFullError, StoredRecordError, PeerGone)) for e in leaves):
+            causes = [e for e in leaves if not isinstance(e, PeerGone)] or leaves  # a peer gone follows its failure
+            for e in causes:
                 print(f"error: {e}", file=sys.stderr)
             code = 1
         else:

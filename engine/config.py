@@ -119,7 +119,10 @@ class LearnerConfig(_Section):
     lr_schedule: Literal["constant", "cosine", "linear"] = "constant"  # decay after warm-up, to 0 at total_steps
     warmup_steps: int = 0  # optimizer steps of linear warm-up to learning_rate
     total_steps: int = 0  # optimizer steps the cosine / linear decay spans; 0: no decay
-    checkpoint_every: int = 0  # a full checkpoint every N policy versions; 0: only when the engine asks (the last batch)
+    # A full checkpoint (weights, optimizer, RNG) every N policy versions and at the end; 0: only at the end. After a
+    # crash the learner resumes from the newest one and the engine resends the batches stored since (bit-for-bit).
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 2  # the newest N checkpoint folders stay on disk; 0: all
     simulated_update_s: float = 0.0  # benchmarks only: sleep this long instead of updating (messages, publishing stay real)
     world_size: int = 1  # learner processes (one per GPU); > 1 runs the learner under torchrun with FSDP2
     device: Literal["auto", "cuda", "cpu"] = "auto"  # auto: cuda (nccl, bf16 autocast) when available, else cpu (gloo, fp32)

@@ -9,7 +9,7 @@ Started by `bin/spade-engine up` (the argv comes from `learner.distributed.learn
 on the engine's learner socket, and for each `TrainBatch` runs one update (learner/trainer.py), writes policy
 version N+1 to `run_dir/policy/` and answers `PolicyPublished`. A batch marked `checkpoint` (the last one), and
 every `learner.checkpoint_every`-th version, is followed by a full checkpoint in `run_dir/checkpoints/step-NNNNNN`
-(learner/checkpoint.py) and `checkpoints/latest` pointing at it.
+(learner/checkpoint.py) and `checkpoints/latest` pointing at it; the newest `learner.keep_checkpoints` stay.
 
 Under torchrun only rank 0 talks to the engine; it broadcasts every message to the other ranks, which run the
 same update on their share of the samples. While the engine is quiet, rank 0 broadcasts a keep-alive every
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import time
@@ -54,7 +55,18 @@ def apply_batch(trainer, paths: RunPaths, config: Config, batch: TrainBatch) -> 
             tmp.unlink(missing_ok=True)
             tmp.symlink_to(folder.name)
             tmp.replace(latest)  # atomic: `latest` always names a complete checkpoint
+            prune_checkpoints(paths.checkpoints, keep=config.learner.keep_checkpoints, current=folder)
     return metrics, path
+
+
+def prune_checkpoints(folder: Path, keep: int, current: Path) -> None:
+    """Keep the newest `keep` checkpoint folders (named step-NNNNNN, so names sort by step), never `current`."""
+    if keep <= 0:
+        return
+    checkpoints = sorted(p for p in folder.glob("step-*") if p.is_dir())
+    for old in checkpoints[:-keep]:
+        if old.resolve() != current.resolve():
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def resume(trainer, paths: RunPaths, model_path: str) -> str:

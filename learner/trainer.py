@@ -54,7 +54,7 @@ def check_learner_config(config: LearnerConfig) -> None:
     for name in ("mini_batches", "micro_batch_tokens", "world_size"):
         if getattr(config, name) < 1:
             raise ValueError(f"learner.{name} must be at least 1 (got {getattr(config, name)})")
-    for name in ("warmup_steps", "total_steps", "checkpoint_every", "lora_rank"):
+    for name in ("warmup_steps", "total_steps", "checkpoint_every", "keep_checkpoints", "lora_rank"):
         if getattr(config, name) < 0:
             raise ValueError(f"learner.{name} must be >= 0 (got {getattr(config, name)})")
     if config.total_steps and config.total_steps <= config.warmup_steps:
@@ -465,7 +465,14 @@ class Trainer:
                 checkpoint.save_adapter_folder(self, tmp)
             else:
                 checkpoint.save_model_folder(self, tmp, weights)
-            tmp.rename(final)
+            if final.exists():  # published by a run that stopped before its next checkpoint; recomputed bit-for-bit
+                stale = final.with_name(f".stale-v{self.version:06d}")
+                shutil.rmtree(stale, ignore_errors=True)
+                final.rename(stale)
+                tmp.rename(final)
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                tmp.rename(final)
             published = sorted(p for p in Path(policy_dir).glob("v*") if p.is_dir())
             for old in published[:-keep] if keep > 0 else []:
                 shutil.rmtree(old, ignore_errors=True)

@@ -137,6 +137,9 @@ def unpack_floats(data: bytes) -> np.ndarray:
 
 def check_sample(sample: Sample) -> None:
     """A sample's arrays must line up: raises ValueError naming the mismatch."""
+    for name in ("tokens", "logprobs", "versions"):  # 4-byte entries
+        if len(getattr(sample, name)) % 4:
+            raise ValueError(f"sample {sample.sample_id}: {name} holds {len(getattr(sample, name))} bytes, not a whole number of 4-byte entries")
     n = len(sample.tokens) // 4
     lengths = {
         "loss_mask": len(sample.loss_mask),

@@ -42,7 +42,8 @@ class Batcher:
         self.max_batch = max_batch
         self.wait_s = wait_s
         self._send, self._receive = trio.open_memory_channel[_Pending](max_batch * 4)
-        self._weights: tuple[int, str] | None = None
+        self._weights: tuple[int, str] | None = None  # the newest version requested and not yet loading
+        self._newest = backend.policy_version  # the newest version loaded, loading or pending
         self._batches = self._requests = self._tokens = 0
         self._busy = 0.0
 
@@ -51,7 +52,9 @@ class Batcher:
         return self.backend.policy_version
 
     def request_weights(self, version: int, path: str) -> None:
-        if version > self.backend.policy_version and (self._weights is None or version > self._weights[0]):
+        """Load `version` before the next generate call, unless a version at least as new is loaded or coming."""
+        if version > self._newest:
+            self._newest = version
             self._weights = (version, path)
 
     async def generate(self, request: GenerationRequest) -> Generation:
@@ -110,6 +113,8 @@ class Batcher:
             started = time.perf_counter()
             try:
                 results = await trio.to_thread.run_sync(self.backend.generate, [p.request for p in batch])
+                if len(results) != len(batch):
+                    raise RuntimeError(f"backend {self.backend.name} returned {len(results)} generations for {len(batch)} requests")
             except Exception as exc:  # a backend failure fails these requests, not the worker
                 results = [exc] * len(batch)
             self._busy += time.perf_counter() - started

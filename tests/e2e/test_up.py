@@ -209,9 +209,23 @@ def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_p
     pids = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
     assert pids == []
     store = Store.open(run_dir / "store", readonly=True)
-    assert store.state().steps_done >= 1
+    done = store.state().steps_done
+    assert done >= 1
     assert any(t.role == "agent" for t in store.trajectories())
     store.close()
+
+    # the interrupted run resumes: one more step, every sample trained once, the learner's versions line up
+    again = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir), "--steps", str(done + 1)],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    store = Store.open(run_dir / "store", readonly=True)
+    state, batches = store.state(), list(store.batches())
+    store.close()
+    assert state.finished and state.steps_done == done + 1 and state.policy_version == len(batches)
+    keys = [e.trajectory_key for b in batches for e in b.entries]
+    assert len(keys) == len(set(keys)), "a sample was trained twice"
 
 
 @pytest.mark.parametrize(

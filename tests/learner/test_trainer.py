@@ -125,3 +125,15 @@ def test_update_logs_what_the_issue_asks_for(tiny_model_path):
     ):
         assert name in metrics, name
     assert metrics["grad_norm"] > 0 and metrics["learner_tokens_per_s"] > 0
+
+
+def test_publish_replaces_a_version_left_by_an_interrupted_run(tiny_model_path, tmp_path):
+    """A run stopped before its next checkpoint leaves policy/v000001; the resumed learner recomputes that
+    update and publishes it again in its place."""
+    left = tmp_path / "policy" / "v000001"
+    left.mkdir(parents=True)
+    (left / "partial.bin").write_bytes(b"old")
+    trainer = Trainer(tiny_model_path, LearnerConfig())
+    folder = trainer.publish(tmp_path / "policy", keep=2)
+    assert folder == left and (folder / "model.safetensors").exists() and not (folder / "partial.bin").exists()
+    assert sorted(p.name for p in (tmp_path / "policy").iterdir()) == ["v000001"]
