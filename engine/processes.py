@@ -3,6 +3,7 @@
 Children run in their own sessions (so a terminal's Ctrl-C reaches the engine alone, which then stops them in
 order), log to `run_dir/logs/NAME.log`, and are stopped with SIGTERM, then SIGKILL after a grace period.
 A worker that dies is restarted (up to `max_restarts`); a learner that dies ends the run with its log's tail.
+Children watch the engine's pid and stop when it is gone (engine/lifeline.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import trio
 
+from engine.lifeline import ENGINE_PID_ENV
 from engine.paths import RunPaths
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,6 +45,7 @@ class Child:
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        env[ENGINE_PID_ENV] = str(os.getpid())  # the child stops if the engine dies (engine/lifeline.py)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(

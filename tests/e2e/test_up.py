@@ -228,6 +228,30 @@ def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_p
     assert len(keys) == len(set(keys)), "a sample was trained twice"
 
 
+def test_children_stop_when_the_engine_is_killed(tiny_model_path, tmp_path):
+    """SIGKILL gives the engine no chance to stop its children: they notice it is gone and stop themselves, so a
+    later `up --resume` meets no orphaned learner."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=50), cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
+            time.sleep(0.2)
+        assert (run_dir / "metrics.jsonl").exists(), "the run never finished a step"
+        children = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
+        assert len(children) >= 2  # the learner and the worker
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True).returncode == 0:
+            time.sleep(0.5)
+        left = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True).stdout
+        assert left == "", f"children outlived the engine:\n{left}"
+        assert "the engine (pid" in (run_dir / "logs" / "learner.log").read_text()
+    finally:
+        subprocess.run(["pkill", "-9", "-f", str(run_dir)])
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
