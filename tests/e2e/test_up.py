@@ -248,6 +248,19 @@ def test_children_stop_when_the_engine_is_killed(tiny_model_path, tmp_path):
         left = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True).stdout
         assert left == "", f"children outlived the engine:\n{left}"
         assert "the engine (pid" in (run_dir / "logs" / "learner.log").read_text()
+        # and the killed run resumes (its sockets, lock file and half-written state left behind)
+        store = Store.open(run_dir / "store", readonly=True)
+        done = store.state().steps_done
+        store.close()
+        again = subprocess.run(
+            [sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir), "--steps", str(done + 1)],
+            cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
+        )
+        assert again.returncode == 0, again.stdout + again.stderr
+        store = Store.open(run_dir / "store", readonly=True)
+        state, batches = store.state(), list(store.batches())
+        store.close()
+        assert state.finished and state.steps_done == done + 1 and state.policy_version == len(batches)
     finally:
         subprocess.run(["pkill", "-9", "-f", str(run_dir)])
 
