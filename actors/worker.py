@@ -28,6 +28,7 @@ from engine.messages import (
     DesignTask,
     EngineToWorker,
     Heartbeat,
+    HelloAgain,
     PlayTask,
     PolicyUpdate,
     Shutdown,
@@ -75,16 +76,14 @@ async def run_worker(run_dir: Path, worker_id: str, address: str | None) -> None
         batcher = Batcher(backend, max_batch=config.inference.max_batch, wait_s=config.inference.batch_wait_s)
         await nursery.start(batcher.run)
         busy = 0
-        await sock.send(
-            WorkerHello(
-                worker_id=worker_id,
-                pid=os.getpid(),
-                slots=config.inference.concurrency,
-                isolation=pool.isolation,
-                backend=backend.name,
-                policy_version=backend.policy_version,
+
+        def hello() -> WorkerHello:
+            return WorkerHello(
+                worker_id=worker_id, pid=os.getpid(), slots=config.inference.concurrency, isolation=pool.isolation,
+                backend=backend.name, policy_version=batcher.policy_version,
             )
-        )
+
+        await sock.send(hello())
 
         async def heartbeat() -> None:
             beats = 0
@@ -138,6 +137,9 @@ async def run_worker(run_dir: Path, worker_id: str, address: str | None) -> None
                     nursery.start_soon(run_task, message)
                 case PolicyUpdate(version=version, path=path):
                     batcher.request_weights(version, path)
+                case HelloAgain():  # an engine that does not know us (it restarted): join it
+                    print(f"[{worker_id}] the engine asked for a new hello (it restarted?); joining again", flush=True)
+                    await sock.send(hello())
                 case Shutdown():
                     await sock.send(WorkerBye(worker_id=worker_id))
                     nursery.cancel_scope.cancel()

@@ -160,7 +160,12 @@ class Shutdown(_Msg, tag="shutdown"):
     reason: str = ""
 
 
-EngineToWorker = DesignTask | PlayTask | PolicyUpdate | Shutdown
+class HelloAgain(_Msg, tag="hello_again"):
+    """To a worker the engine does not know (the engine restarted, or it dropped the worker as silent): send
+    WorkerHello again to (re)join."""
+
+
+EngineToWorker = DesignTask | PlayTask | PolicyUpdate | HelloAgain | Shutdown
 
 
 # ---------------------------------------------------------------- learner -> engine

@@ -36,6 +36,7 @@ from engine.messages import (
     DesignResult,
     DesignTask,
     Heartbeat,
+    HelloAgain,
     LearnerFailed,
     LearnerHello,
     LearnerToEngine,
@@ -149,8 +150,8 @@ class Engine:
                     await self.worker_sock.send_to(ident, PolicyUpdate(version=self.policy_version, path=self.policy_path))
                     self._worker_ready.set()
                 case Heartbeat():
-                    if self.dispatcher.seen(ident, message.policy_version) is None:
-                        self.view.line(f"warning: heartbeat from unknown worker {message.worker_id}")
+                    if self.dispatcher.seen(ident, message.policy_version) is None:  # e.g. attached before a restart
+                        await self.worker_sock.send_to(ident, HelloAgain())
                 case DesignResult() | PlayResult():
                     try:
                         check_sample(message.designer if isinstance(message, DesignResult) else message.agent)

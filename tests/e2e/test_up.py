@@ -228,40 +228,59 @@ def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_p
     assert len(keys) == len(set(keys)), "a sample was trained twice"
 
 
-def test_children_stop_when_the_engine_is_killed(tiny_model_path, tmp_path):
-    """SIGKILL gives the engine no chance to stop its children: they notice it is gone and stop themselves, so a
-    later `up --resume` meets no orphaned learner."""
+def _pids(run_dir, exclude=()) -> list[str]:
+    found = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
+    return [pid for pid in found if int(pid) not in exclude]
+
+
+def test_a_killed_engine_takes_its_children_and_resumes_with_an_attached_worker(tiny_model_path, tmp_path):
+    """SIGKILL gives the engine no chance to stop its children: they notice it is gone and stop themselves, so
+    `up --resume` meets no orphaned learner. A worker attached by hand stays, and joins the resumed engine."""
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=50), cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    output = tmp_path / "engine.out"
+    with open(output, "w") as out:
+        proc = subprocess.Popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=50), cwd=REPO, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+    extra = None
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
             time.sleep(0.2)
         assert (run_dir / "metrics.jsonl").exists(), "the run never finished a step"
-        children = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
-        assert len(children) >= 2  # the learner and the worker
+        extra = subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", "worker", "--run-dir", str(run_dir), "--worker-id", "extra"],
+            cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        while time.monotonic() < deadline and "worker extra joined" not in output.read_text():
+            time.sleep(0.2)
+        assert "worker extra joined" in output.read_text()
+        assert len(_pids(run_dir, exclude={extra.pid})) >= 2  # the learner and the engine's worker
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True).returncode == 0:
+        while time.monotonic() < deadline and _pids(run_dir, exclude={extra.pid}):
             time.sleep(0.5)
-        left = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True).stdout
-        assert left == "", f"children outlived the engine:\n{left}"
+        assert _pids(run_dir, exclude={extra.pid}) == [], "children outlived the engine"
         assert "the engine (pid" in (run_dir / "logs" / "learner.log").read_text()
-        # and the killed run resumes (its sockets, lock file and half-written state left behind)
+        assert extra.poll() is None  # not the engine's child: it waits for an engine
+
         store = Store.open(run_dir / "store", readonly=True)
         done = store.state().steps_done
         store.close()
         again = subprocess.run(
-            [sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir), "--steps", str(done + 1)],
+            [sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir), "--steps", str(done + 2)],
             cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
         )
         assert again.returncode == 0, again.stdout + again.stderr
+        assert "worker extra joined" in again.stdout
         store = Store.open(run_dir / "store", readonly=True)
         state, batches = store.state(), list(store.batches())
         store.close()
-        assert state.finished and state.steps_done == done + 1 and state.policy_version == len(batches)
+        assert state.finished and state.steps_done == done + 2 and state.policy_version == len(batches)
+        extra_out, _ = extra.communicate(timeout=60)  # the resumed engine's shutdown ends it
+        assert extra.returncode == 0 and "joining again" in extra_out, extra_out
     finally:
+        if extra is not None and extra.poll() is None:
+            extra.kill()
         subprocess.run(["pkill", "-9", "-f", str(run_dir)])
 
 
