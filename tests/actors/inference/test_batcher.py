@@ -80,6 +80,19 @@ async def _queue(nursery, batcher, keys, results):
         await trio.testing.wait_all_tasks_blocked()
 
 
+def _serve(batcher, body, timeout_s: float = 10.0) -> None:
+    """Run `body(nursery)` while `batcher` serves in the same nursery, then stop it."""
+
+    async def main():
+        with trio.fail_after(timeout_s):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(batcher.run)
+                await body(nursery)
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
 async def _until(predicate):
     while not predicate():
         await trio.sleep(0.001)
@@ -90,16 +103,12 @@ def test_concurrent_requests_from_many_tasks_share_one_generate_call():
     batcher = Batcher(backend, max_batch=4, wait_s=2.0)  # the batch closes as soon as it is full
     results = {}
 
-    async def main():
-        with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(batcher.run)
-                async with trio.open_nursery() as callers:
-                    for key in range(4):
-                        callers.start_soon(_ask, batcher, key, results)
-                nursery.cancel_scope.cancel()
+    async def body(nursery):
+        async with trio.open_nursery() as callers:
+            for key in range(4):
+                callers.start_soon(_ask, batcher, key, results)
 
-    trio.run(main)
+    _serve(batcher, body)
     assert len(backend.calls) == 1 and sorted(backend.calls[0][0]) == [0, 1, 2, 3]
     assert {key: r.text for key, r in results.items()} == {key: f"reply {key}" for key in range(4)}
 
@@ -128,25 +137,21 @@ def test_weights_requested_during_a_call_are_applied_before_the_next_one():
     batcher = Batcher(backend, max_batch=4, wait_s=0.01)
     results = {}
 
-    async def main():
-        with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(batcher.run)
-                backend.release.clear()
-                nursery.start_soon(_ask, batcher, 0, results)
-                await _until(backend.entered.is_set)  # generate is running in the batcher's thread
-                batcher.request_weights(1, "v1")
-                batcher.request_weights(2, "v2")  # supersedes v1: only the newest is loaded
-                batcher.request_weights(2, "v2-again")  # equal to the pending one: ignored
-                batcher.request_weights(1, "v1-again")  # older than the pending one: ignored
-                await trio.sleep(0.05)
-                assert backend.loads == [] and batcher.policy_version == 0  # never in the middle of a call
-                backend.release.set()
-                await _until(lambda: 0 in results)
-                await _ask(batcher, 1, results)
-                nursery.cancel_scope.cancel()
+    async def body(nursery):
+        backend.release.clear()
+        nursery.start_soon(_ask, batcher, 0, results)
+        await _until(backend.entered.is_set)  # generate is running in the batcher's thread
+        batcher.request_weights(1, "v1")
+        batcher.request_weights(2, "v2")  # supersedes v1: only the newest is loaded
+        batcher.request_weights(2, "v2-again")  # equal to the pending one: ignored
+        batcher.request_weights(1, "v1-again")  # older than the pending one: ignored
+        await trio.sleep(0.05)
+        assert backend.loads == [] and batcher.policy_version == 0  # never in the middle of a call
+        backend.release.set()
+        await _until(lambda: 0 in results)
+        await _ask(batcher, 1, results)
 
-    trio.run(main)
+    _serve(batcher, body)
     assert backend.loads == [("v2", 2, False)]
     assert backend.calls == [([0], 0), ([1], 2)]
     assert results[0].policy_version == 0 and results[1].policy_version == 2
@@ -158,18 +163,14 @@ def test_weights_not_newer_than_the_loaded_version_are_ignored():
     batcher = Batcher(backend, max_batch=4, wait_s=0.01)
     results = {}
 
-    async def main():
-        with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(batcher.run)
-                batcher.request_weights(3, "v3")
-                await _ask(batcher, 0, results)
-                batcher.request_weights(3, "v3-again")  # equal to the loaded version
-                batcher.request_weights(2, "v2")  # older
-                await _ask(batcher, 1, results)
-                nursery.cancel_scope.cancel()
+    async def body(nursery):
+        batcher.request_weights(3, "v3")
+        await _ask(batcher, 0, results)
+        batcher.request_weights(3, "v3-again")  # equal to the loaded version
+        batcher.request_weights(2, "v2")  # older
+        await _ask(batcher, 1, results)
 
-    trio.run(main)
+    _serve(batcher, body)
     assert backend.loads == [("v3", 3, False)]
     assert backend.calls == [([0], 3), ([1], 3)]
     assert results[1].policy_version == 3
@@ -264,33 +265,29 @@ def test_a_concurrent_backend_serves_requests_as_they_come_and_swaps_weights_bef
     batcher = Batcher(backend, max_batch=2, wait_s=5.0)  # neither bound applies to a concurrent backend
     results = {}
 
-    async def main():
-        with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(batcher.run)
-                for key in range(3):
-                    nursery.start_soon(_ask, batcher, key, results)
-                await _until(lambda: backend.active == 3)  # all three in flight at once, beyond max_batch
-                batcher.request_weights(1, "v1")
-                await trio.testing.wait_all_tasks_blocked()
-                assert backend.loads == []  # pending until the next request arrives
-                released = set()
-                for key in (2, 0, 1):  # finishing out of order: each reply goes to its caller as it is ready
-                    backend.gates[key].set()
-                    released.add(key)
-                    await _until(lambda key=key: key in results)
-                    await trio.testing.wait_all_tasks_blocked()
-                    assert set(results) == released
-                backend.gates[3] = trio.Event()
-                backend.gates[3].set()
-                await _ask(batcher, 3, results)
-                batcher.request_weights(1, "v1-again")  # not newer than the loaded version: ignored
-                backend.gates[4] = trio.Event()
-                backend.gates[4].set()
-                await _ask(batcher, 4, results)
-                nursery.cancel_scope.cancel()
+    async def body(nursery):
+        for key in range(3):
+            nursery.start_soon(_ask, batcher, key, results)
+        await _until(lambda: backend.active == 3)  # all three in flight at once, beyond max_batch
+        batcher.request_weights(1, "v1")
+        await trio.testing.wait_all_tasks_blocked()
+        assert backend.loads == []  # pending until the next request arrives
+        released = set()
+        for key in (2, 0, 1):  # finishing out of order: each reply goes to its caller as it is ready
+            backend.gates[key].set()
+            released.add(key)
+            await _until(lambda key=key: key in results)
+            await trio.testing.wait_all_tasks_blocked()
+            assert set(results) == released
+        backend.gates[3] = trio.Event()
+        backend.gates[3].set()
+        await _ask(batcher, 3, results)
+        batcher.request_weights(1, "v1-again")  # not newer than the loaded version: ignored
+        backend.gates[4] = trio.Event()
+        backend.gates[4].set()
+        await _ask(batcher, 4, results)
 
-    trio.run(main)
+    _serve(batcher, body)
     assert backend.most_active == 3
     assert sorted(backend.started) == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1)]
     assert backend.loads == [("v1", 1, 0)]
@@ -305,21 +302,17 @@ def test_a_concurrent_backend_exception_fails_only_its_request():
     batcher = Batcher(backend, max_batch=2, wait_s=0.01)
     results = {}
 
-    async def main():
-        with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(batcher.run)
-                for key in (-1, 1):
-                    nursery.start_soon(_ask, batcher, key, results)
-                await _until(lambda: backend.active == 2)
-                backend.gates[-1].set()
-                await _until(lambda: -1 in results)
-                assert 1 not in results  # the other request is still running
-                backend.gates[1].set()
-                await _until(lambda: 1 in results)
-                nursery.cancel_scope.cancel()
+    async def body(nursery):
+        for key in (-1, 1):
+            nursery.start_soon(_ask, batcher, key, results)
+        await _until(lambda: backend.active == 2)
+        backend.gates[-1].set()
+        await _until(lambda: -1 in results)
+        assert 1 not in results  # the other request is still running
+        backend.gates[1].set()
+        await _until(lambda: 1 in results)
 
-    trio.run(main)
+    _serve(batcher, body)
     assert isinstance(results[-1], ValueError) and "bad request" in str(results[-1])
     assert results[1].text == "reply 1"
     stats = batcher.statistics()
@@ -334,16 +327,12 @@ def test_every_request_is_answered_when_callers_outnumber_the_channel(max_batch)
     results = {}
     n = max_batch * 4 * 3
 
-    async def main():
-        with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(batcher.run)
-                async with trio.open_nursery() as callers:
-                    for key in range(n):
-                        callers.start_soon(_ask, batcher, key, results)
-                nursery.cancel_scope.cancel()
+    async def body(nursery):
+        async with trio.open_nursery() as callers:
+            for key in range(n):
+                callers.start_soon(_ask, batcher, key, results)
 
-    trio.run(main)
+    _serve(batcher, body)
     served = [key for keys, _ in backend.calls for key in keys]
     assert sorted(served) == list(range(n)) and all(len(keys) <= max_batch for keys, _ in backend.calls)
     assert all(results[key].text == f"reply {key}" for key in range(n))
@@ -369,21 +358,17 @@ def test_a_request_for_an_older_or_the_same_version_during_a_load_is_ignored():
     batcher = Batcher(backend, max_batch=1, wait_s=0.0)
     results = {}
 
-    async def main():
-        with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(batcher.run)
-                batcher.request_weights(3, "/v3")
-                nursery.start_soon(_ask, batcher, 0, results)
-                await trio.to_thread.run_sync(backend.loading.wait)
-                batcher.request_weights(2, "/v2")  # out of order
-                batcher.request_weights(3, "/v3")  # repeated
-                backend.loaded.set()
-                await _until(lambda: 0 in results)
-                await _ask(batcher, 1, results)
-                nursery.cancel_scope.cancel()
+    async def body(nursery):
+        batcher.request_weights(3, "/v3")
+        nursery.start_soon(_ask, batcher, 0, results)
+        await trio.to_thread.run_sync(backend.loading.wait)
+        batcher.request_weights(2, "/v2")  # out of order
+        batcher.request_weights(3, "/v3")  # repeated
+        backend.loaded.set()
+        await _until(lambda: 0 in results)
+        await _ask(batcher, 1, results)
 
-    trio.run(main)
+    _serve(batcher, body)
     assert [(path, version) for path, version, _ in backend.loads] == [("/v3", 3)]
     assert [version for _, version in backend.calls] == [3, 3]
 
@@ -398,14 +383,10 @@ def test_a_backend_that_answers_fewer_requests_fails_the_batch_instead_of_hangin
     batcher = Batcher(backend, max_batch=2, wait_s=0.01)
     results = {}
 
-    async def main():
-        with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(batcher.run)
-                async with trio.open_nursery() as callers:
-                    await _queue(callers, batcher, [0, 1], results)
-                nursery.cancel_scope.cancel()
+    async def body(nursery):
+        async with trio.open_nursery() as callers:
+            await _queue(callers, batcher, [0, 1], results)
 
-    trio.run(main)
+    _serve(batcher, body)
     assert len(results) == 2  # both callers answered (one batch of 2, or two of 1 on a slow machine)
     assert all(isinstance(r, RuntimeError) and re.search(r"returned \d generations for \d requests", str(r)) for r in results.values())
