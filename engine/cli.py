@@ -15,6 +15,7 @@ Imports stay light until a subcommand needs more, so `--help` answers at once. A
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import sys
@@ -113,12 +114,12 @@ def cmd_up(args) -> int:
         except ModelError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-    paths.root.mkdir(parents=True, exist_ok=True)
-    paths.config.write_text(dump_config(config))
-    paths.update_meta(model_path=str(model_path), started=datetime.datetime.now().isoformat(), argv=sys.argv[1:])
-    print(f"run directory: {paths.root}")
-    print(f"model: {model_path}")
-    return _run_engine(config, paths, seeds, live=not args.no_live)
+    with _engine_lock(paths):
+        paths.config.write_text(dump_config(config))
+        paths.update_meta(model_path=str(model_path), started=datetime.datetime.now().isoformat(), argv=sys.argv[1:])
+        print(f"run directory: {paths.root}")
+        print(f"model: {model_path}")
+        return _run_engine(config, paths, seeds, live=not args.no_live)
 
 
 def _seeds(config):
@@ -144,12 +145,28 @@ def _resume(args) -> int:
         config = read_config_file(paths.config, extra)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    paths.config.write_text(dump_config(config))
-    print(f"resuming run directory: {paths.root}")
-    return _run_engine(config, paths, _seeds(config), live=not args.no_live)
+    seeds = _seeds(config)
+    with _engine_lock(paths):
+        paths.config.write_text(dump_config(config))
+        print(f"resuming run directory: {paths.root}")
+        return _run_engine(config, paths, seeds, live=not args.no_live)
+
+
+@contextlib.contextmanager
+def _engine_lock(paths):
+    """The run directory's engine lock, for writing its config and running the engine; refused (exit 2) while
+    another engine runs there."""
+    from engine.paths import RunInUse
+
+    try:
+        with paths.engine_lock():
+            yield
+    except RunInUse as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _run_engine(config, paths, seeds, *, live: bool) -> int:
+    """Run the engine to the end; the caller holds `_engine_lock(paths)`."""
     import trio
 
     from engine.live import LiveView

@@ -154,6 +154,12 @@ def test_an_extra_worker_attaches_to_a_running_engine(tiny_model_path, tmp_path)
             [sys.executable, "-m", "engine.cli", "worker", "--run-dir", str(run_dir), "--worker-id", "extra"],
             cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
+        config = (run_dir / "config.toml").read_text()
+        second = subprocess.run(  # a second engine on the same run is refused, and changes nothing
+            [sys.executable, "-m", "engine.cli", "up", "--resume", str(run_dir), "--steps", "99"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60
+        )
+        assert second.returncode == 2 and "is in use by a running engine (pid" in second.stderr, second.stdout + second.stderr
+        assert (run_dir / "config.toml").read_text() == config
         out, err = engine.communicate(timeout=240)
         assert engine.returncode == 0, out + err
         assert "worker extra joined" in out
