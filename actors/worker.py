@@ -23,7 +23,7 @@ import trio
 import zmq
 
 from engine.config import read_config_file
-from engine.lifeline import engine_pid, until_engine_gone
+from engine.lifeline import cancel_when_engine_gone, engine_pid
 from engine.messages import (
     DesignTask,
     EngineToWorker,
@@ -124,7 +124,7 @@ async def run_worker(run_dir: Path, worker_id: str, address: str | None) -> None
         nursery.start_soon(heartbeat)
         nursery.start_soon(cancel_on_signal, nursery.cancel_scope)
         if (pid := engine_pid()) is not None:
-            nursery.start_soon(_stop_when_engine_gone, pid, worker_id, nursery.cancel_scope)
+            nursery.start_soon(cancel_when_engine_gone, pid, nursery.cancel_scope, f"worker {worker_id}")
         pending = [first] if first is not None else []
         while True:
             try:
@@ -157,12 +157,6 @@ async def cancel_on_signal(scope: trio.CancelScope) -> None:
         async for _ in signals:
             scope.cancel()
             return
-
-
-async def _stop_when_engine_gone(pid: int, worker_id: str, scope: trio.CancelScope) -> None:
-    await until_engine_gone(pid)
-    print(f"[{worker_id}] the engine (pid {pid}) is gone; stopping", file=sys.stderr, flush=True)
-    scope.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:

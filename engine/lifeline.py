@@ -2,13 +2,14 @@
 chance to stop them: left running, an orphaned learner would meet the next `up --resume` as a second learner.
 
 The engine puts its pid in the children's environment (`SPADE_ENGINE_PID`, see engine/processes.py); the worker
-and the learner (rank 0 under torchrun, whose parent is torchrun) run `until_engine_gone` beside their work and
-stop in order when it returns. An attached worker (`bin/spade-engine worker`) has no such pid and is not watched.
+and the learner (rank 0 under torchrun, whose parent is torchrun) run `cancel_when_engine_gone` beside their work,
+which cancels it (so everything closes in order) once the engine is gone. An attached worker (`bin/spade-engine worker`) has no such pid and is not watched.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import trio
@@ -39,3 +40,9 @@ def is_alive(pid: int) -> bool:
 async def until_engine_gone(pid: int, interval_s: float = 1.0) -> None:
     while is_alive(pid):
         await trio.sleep(interval_s)
+
+
+async def cancel_when_engine_gone(pid: int, scope: trio.CancelScope, who: str) -> None:
+    await until_engine_gone(pid)
+    print(f"{who}: the engine (pid {pid}) is gone; stopping", file=sys.stderr, flush=True)
+    scope.cancel()

@@ -31,7 +31,7 @@ import trio
 import zmq
 
 from engine.config import Config, read_config_file
-from engine.lifeline import engine_pid, until_engine_gone
+from engine.lifeline import cancel_when_engine_gone, engine_pid
 from engine.messages import EngineToLearner, LearnerFailed, LearnerHello, PolicyPublished, Shutdown, TrainBatch
 from engine.paths import RunPaths
 from engine.transport import open_socket
@@ -91,7 +91,7 @@ async def serve_engine(trainer, paths: RunPaths, config: Config, policy_path: st
     async with open_socket(zmq.DEALER, paths.learner_address, bind=False, decode=EngineToLearner) as sock, trio.open_nursery() as nursery:
         nursery.start_soon(_cancel_on_sigterm, nursery.cancel_scope)
         if (pid := engine_pid()) is not None:
-            nursery.start_soon(_stop_when_engine_gone, pid, nursery.cancel_scope)
+            nursery.start_soon(cancel_when_engine_gone, pid, nursery.cancel_scope, "learner")
         await sock.send(LearnerHello(pid=os.getpid(), policy_version=trainer.version, policy_path=policy_path))
         while True:
             message = None
@@ -124,12 +124,6 @@ def follow_rank0(trainer, paths: RunPaths, config: Config) -> None:
                 apply_batch(trainer, paths, config, batch)
             case Shutdown():
                 return
-
-
-async def _stop_when_engine_gone(pid: int, scope: trio.CancelScope) -> None:
-    await until_engine_gone(pid)
-    print(f"the engine (pid {pid}) is gone; stopping", file=sys.stderr, flush=True)
-    scope.cancel()
 
 
 async def _cancel_on_sigterm(scope: trio.CancelScope) -> None:

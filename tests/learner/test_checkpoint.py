@@ -40,16 +40,18 @@ def _metrics_without_timing(metrics):
     return {k: v for k, v in metrics.items() if k not in ("learner_seconds", "learner_tokens_per_s")}
 
 
-def test_resume_is_bit_for_bit(tiny_model_path, tmp_path):
+def resume_matches_an_uninterrupted_run(model_path, config, tmp_path):
+    """Update, checkpoint, update again; a trainer resumed from the checkpoint (with another seed: everything
+    must come from the file) makes the same second update, bit for bit. Returns (folder, resumed, its metrics)."""
     first, second = _batch(1), _batch(2)
-    uninterrupted = Trainer(tiny_model_path, CONFIG, seed=3)
+    uninterrupted = Trainer(model_path, config, seed=3)
     uninterrupted.update(first)
     uninterrupted.publish(tmp_path / "policy", keep=2)
     folder = uninterrupted.save_checkpoint(tmp_path / "ckpt", step=1)
     draws = _random_draws()
     expected_metrics = uninterrupted.update(second)
 
-    resumed = Trainer(tiny_model_path, CONFIG, seed=99)  # a different seed: everything must come from the file
+    resumed = Trainer(model_path, config, seed=99)
     assert resumed.load_checkpoint(folder) == 1
     assert (resumed.version, resumed.updates, resumed.optimizer_steps) == (1, 1, 2)
     resumed_draws = _random_draws()
@@ -59,8 +61,13 @@ def test_resume_is_bit_for_bit(tiny_model_path, tmp_path):
     for (name, a), (_, b) in zip(uninterrupted.model.named_parameters(), resumed.model.named_parameters(), strict=True):
         assert torch.equal(a, b), name
     assert _metrics_without_timing(metrics) == _metrics_without_timing(expected_metrics)
-    assert metrics["learning_rate"] == pytest.approx(1e-3 * 0.5 * (1 + np.cos(np.pi * 2 / 7)))  # step 3 of 8, warm-up 1
     assert resumed.scheduler.state_dict() == uninterrupted.scheduler.state_dict()
+    return folder, resumed, metrics
+
+
+def test_resume_is_bit_for_bit(tiny_model_path, tmp_path):
+    _, _, metrics = resume_matches_an_uninterrupted_run(tiny_model_path, CONFIG, tmp_path)
+    assert metrics["learning_rate"] == pytest.approx(1e-3 * 0.5 * (1 + np.cos(np.pi * 2 / 7)))  # step 3 of 8, warm-up 1
 
 
 def test_checkpoint_folder_loads_with_from_pretrained(tiny_model_path, tmp_path):

@@ -7,7 +7,7 @@ import torch
 
 from engine.config import LearnerConfig
 from learner.trainer import Trainer
-from tests.learner.test_checkpoint import _batch, _metrics_without_timing, _random_draws
+from tests.learner.test_checkpoint import _batch, resume_matches_an_uninterrupted_run
 
 LORA = LearnerConfig(
     learning_rate=1e-2, lora_rank=4, lr_schedule="cosine", warmup_steps=1, total_steps=8, mini_batches=2, micro_batch_tokens=32,
@@ -58,25 +58,8 @@ def test_lora_with_several_processes_is_refused(tiny_model_path):
 def test_lora_resume_is_bit_for_bit(tiny_model_path, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    first, second = _batch(1), _batch(2)
-    uninterrupted = Trainer(tiny_model_path, LORA, seed=3)
-    uninterrupted.update(first)
-    uninterrupted.publish(tmp_path / "policy", keep=2)
-    folder = uninterrupted.save_checkpoint(tmp_path / "ckpt", step=1)
+    folder, resumed, _ = resume_matches_an_uninterrupted_run(tiny_model_path, LORA, tmp_path)
     assert (folder / "model.safetensors").is_file() and (folder / "adapter" / "adapter_model.safetensors").is_file()
-    draws = _random_draws()
-    expected_metrics = uninterrupted.update(second)
-
-    resumed = Trainer(tiny_model_path, LORA, seed=99)
-    assert resumed.load_checkpoint(folder) == 1
-    assert (resumed.version, resumed.updates, resumed.optimizer_steps) == (1, 1, 2)
-    resumed_draws = _random_draws()
-    assert torch.equal(draws[0], resumed_draws[0]) and draws[1:] == resumed_draws[1:]
-    metrics = resumed.update(second)
-    for (name, a), (_, b) in zip(uninterrupted.model.named_parameters(), resumed.model.named_parameters(), strict=True):
-        assert torch.equal(a, b), name
-    assert _metrics_without_timing(metrics) == _metrics_without_timing(expected_metrics)
-    assert resumed.scheduler.state_dict() == uninterrupted.scheduler.state_dict()
 
     # The checkpoint's top-level folder is the merged policy, as from_pretrained loads it.
     merged = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
