@@ -9,6 +9,7 @@ which is then stored but never trained on.
 
 from __future__ import annotations
 
+import math
 import time
 
 from actors.chat import ChatContext
@@ -16,7 +17,12 @@ from actors.parsing import parse_action
 from actors.prompts import agent_first_message
 from actors.sandbox import EpisodeFailed
 from engine.messages import PlayResult, PlayTask, TurnRecord
-from engine.rewards import episode_return
+
+
+def episode_return(last_reward: float, terminated: bool) -> float:
+    if not terminated or not math.isfinite(last_reward):
+        return 0.0
+    return max(-1.0, min(1.0, float(last_reward)))
 
 
 async def play_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config, worker_id: str) -> PlayResult:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from actors.inference.base import Generation, GenerationRequest, RequestRole
 from engine.messages import Arm, Role, Sample
-from storage.records import pack_floats, pack_ints, pack_mask
+from engine.messages import pack_floats, pack_ints, pack_mask
 
 
 class ChatContext:

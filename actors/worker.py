@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import traceback
 import uuid
@@ -23,7 +22,8 @@ import trio
 import zmq
 
 from engine.config import read_config_file
-from engine.lifeline import cancel_when_engine_gone, engine_pid
+from engine.errors import leaf_exceptions
+from engine.lifeline import cancel_on_sigterm, cancel_when_engine_gone, engine_pid
 from engine.messages import (
     DesignTask,
     EngineToWorker,
@@ -122,7 +122,7 @@ async def run_worker(run_dir: Path, worker_id: str, address: str | None) -> None
         if waiting.cancelled_caught:
             raise NoEngine(f"no engine answered at {address or paths.worker_address} within {config.worker.connect_timeout_s:.0f} s (is `up` running for {run_dir}?)")
         nursery.start_soon(heartbeat)
-        nursery.start_soon(cancel_on_signal, nursery.cancel_scope)
+        nursery.start_soon(cancel_on_sigterm, nursery.cancel_scope)
         if (pid := engine_pid()) is not None:
             nursery.start_soon(cancel_when_engine_gone, pid, nursery.cancel_scope, f"worker {worker_id}")
         pending = [first] if first is not None else []
@@ -151,16 +151,9 @@ def _connect_address(bound: str) -> str:
     return bound.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
 
 
-async def cancel_on_signal(scope: trio.CancelScope) -> None:
-    """SIGTERM (from the engine) ends the worker through cancellation, so every resource closes in order."""
-    with trio.open_signal_receiver(signal.SIGTERM) as signals:
-        async for _ in signals:
-            scope.cancel()
-            return
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="actors.worker", description="A SPADE rollout worker.")
+def main(argv: list[str] | None = None, prog: str = "actors.worker") -> int:
+    """The worker's command line, for `python -m actors.worker` (started by `up`) and `bin/spade-engine worker`."""
+    parser = argparse.ArgumentParser(prog=prog, description="A SPADE rollout worker: attaches to a running engine.")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--worker-id", default="")
     parser.add_argument("--connect", default=None, help="engine worker socket address (default: the run's ipc socket)")
@@ -173,8 +166,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trio.run(run_worker, run_dir, worker_id, args.connect)
     except BaseException as exc:  # trio wraps what its tasks raised in exception groups
-        from engine.cli import leaf_exceptions
-
         leaves = leaf_exceptions(exc)
         if any(isinstance(e, KeyboardInterrupt) for e in leaves):
             return 130

@@ -21,11 +21,9 @@ import json
 import sys
 from pathlib import Path
 
+from engine.errors import UsageError, leaf_exceptions
+
 EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """A user mistake: printed as one line, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,10 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--no-live", action="store_true", help="plain log lines instead of the live status line")
     up.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run (its config, store and learner checkpoint)")
 
-    worker = sub.add_parser("worker", help="attach an extra rollout worker to a running engine")
-    worker.add_argument("--run-dir", required=True)
-    worker.add_argument("--worker-id", default="")
-    worker.add_argument("--connect", default=None, help="the engine's worker socket (default: the run's ipc socket)")
+    # Its arguments are the worker's own (actors/worker.py parses them): `main` hands them over untouched.
+    sub.add_parser("worker", add_help=False, help="attach an extra rollout worker to a running engine (worker --help)")
 
     validate = sub.add_parser("validate", help="validate an environment file in the sandbox")
     validate.add_argument("file")
@@ -202,22 +198,6 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
     return code
 
 
-def leaf_exceptions(exc: BaseException) -> list[BaseException]:
-    """The exceptions inside (nested) exception groups, as trio raises what its tasks raised."""
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in leaf_exceptions(inner)]
-    return [exc]
-
-
-def cmd_worker(args) -> int:
-    from actors.worker import main as worker_main
-
-    argv = ["--run-dir", args.run_dir] + (["--worker-id", args.worker_id] if args.worker_id else [])
-    if args.connect:
-        argv += ["--connect", args.connect]
-    return worker_main(argv)
-
-
 def cmd_validate(args) -> int:
     from actors.sandbox.cli import validate_main
 
@@ -251,10 +231,15 @@ def cmd_replay(args) -> int:
     return replay_main(args)
 
 
-COMMANDS = {"up": cmd_up, "worker": cmd_worker, "validate": cmd_validate, "play": cmd_play, "replay": cmd_replay, "report": cmd_report}
+COMMANDS = {"up": cmd_up, "validate": cmd_validate, "play": cmd_play, "replay": cmd_replay, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["worker"]:
+        from actors.worker import main as worker_main
+
+        return worker_main(argv[1:], prog="spade-engine worker")
     try:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)

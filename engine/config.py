@@ -1,4 +1,5 @@
-"""Typed run configuration: one struct per component, loaded from TOML with `--set section.key=value` overrides.
+"""Typed run configuration: one struct per component, loaded from TOML with `--set section.key=value` overrides
+(`--set learner.objective.clip_low=0.1` for the nested `[learner.objective]` table).
 
     config = load_config(preset="default", toml_path=None, overrides=["run.steps=3"])
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import msgspec
 
@@ -93,22 +94,37 @@ class RewardConfig(_Section):
     train_designer: bool = True
 
 
-class LearnerConfig(_Section):
-    learning_rate: float = 1e-5
-    weight_decay: float = 0.1
-    betas: list[float] = msgspec.field(default_factory=lambda: [0.9, 0.98])
-    # The objective (learner/objectives.py): decoupled_ppo (AReaL; default), tis (the SPADE reference), icepop.
-    objective: Literal["decoupled_ppo", "tis", "icepop"] = "decoupled_ppo"
+ObjectiveName = Literal["decoupled_ppo", "tis", "icepop"]
+OBJECTIVES: tuple[str, ...] = get_args(ObjectiveName)
+
+
+class ObjectiveConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`[learner.objective]`: every objective clips r = pi_theta / pi_prox and weights it by k = pi_prox / mu."""
+
+    # decoupled_ppo (AReaL; default), tis (truncated importance sampling, the SPADE reference), icepop.
+    name: ObjectiveName = "decoupled_ppo"
     clip_low: float = 0.2  # r = pi_theta / pi_prox is clipped to [1 - clip_low, 1 + clip_high]
-    clip_high: float = 0.28
+    clip_high: float = 0.28  # DAPO's "clip higher"
     behaviour_cap: float = 5.0  # decoupled_ppo: tokens with pi_prox / mu above this leave the loss
     tis_cap: float = 2.0  # tis: the weight is min(pi_prox / mu, tis_cap)
-    icepop_low: float = 0.5  # icepop: weight pi_prox / mu inside [low, high], else the token leaves the loss
+    icepop_low: float = 0.5  # icepop: weight pi_prox / mu inside [icepop_low, icepop_high], else the token leaves the loss
     icepop_high: float = 5.0
     seq_filter: bool = False  # drop a sequence whose geometric-mean pi_prox / mu leaves [seq_low, seq_high]
     seq_low: float = 0.99
     seq_high: float = 1.01
     kl_coef: float = 0.0  # k3 KL to the frozen initial model (loaded only when > 0)
+
+
+# The names that were flat `learner.*` keys before `[learner.objective]` (`objective` itself was the name).
+OBJECTIVE_KEYS = frozenset(f.name for f in msgspec.structs.fields(ObjectiveConfig))
+
+
+class LearnerConfig(_Section):
+    learning_rate: float = 1e-5
+    weight_decay: float = 0.1
+    betas: list[float] = msgspec.field(default_factory=lambda: [0.9, 0.98])
+    # The policy-gradient objective and its corrections: the [learner.objective] table (learner/objectives.py).
+    objective: ObjectiveConfig = msgspec.field(default_factory=ObjectiveConfig)
     max_grad_norm: float = 1.0
     micro_batch_tokens: int = 2048  # samples are packed into micro-batches of at most this many tokens
     designer_weight: float = 1.0  # role weights on the token-mean losses
@@ -217,26 +233,66 @@ def _parse_override(text: str) -> dict:
         raise ConfigError(f"--set {text!r}: expected section.key=value, for example --set run.steps=3")
     dotted, raw = text.split("=", 1)
     keys = dotted.strip().split(".")
-    if len(keys) != 2 or not all(keys):
-        raise ConfigError(f"--set {text!r}: the key must be section.key, for example run.steps")
+    if len(keys) not in (2, 3) or not all(keys):
+        raise ConfigError(
+            f"--set {text!r}: the key must be section.key or section.table.key, for example run.steps or learner.objective.clip_low"
+        )
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw  # a bare word is taken as a string: --set model.path=/models/x
-    return {keys[0]: {keys[1]: value}}
+    for key in reversed(keys):
+        value = {key: value}
+    return value
 
 
-def _unknown_key(data: dict) -> str | None:
-    sections = {f.name: f.type for f in msgspec.structs.fields(Config)}
-    for section, body in data.items():
-        if section not in sections:
-            return f"unknown config section {section!r} (known: {', '.join(sections)})"
-        if not isinstance(body, dict):
-            return f"config section {section!r} must be a table of keys"
-        known = [f.name for f in msgspec.structs.fields(sections[section])]
-        for key in body:
-            if key not in known:
-                return f"unknown config key {section}.{key} (known in [{section}]: {', '.join(known)})"
+def _is_section(kind) -> bool:
+    return isinstance(kind, type) and issubclass(kind, msgspec.Struct)
+
+
+def _as_value(value) -> str:
+    """A value the way `--set` takes it (for the hints)."""
+    if isinstance(value, str):
+        return value
+    return msgspec.json.encode(value).decode()
+
+
+def _moved_key(section: str, key: str, value) -> str | None:
+    """The hint for a key that moved into a nested table: `learner.clip_low` is `learner.objective.clip_low`."""
+    if section == "learner" and key in OBJECTIVE_KEYS:
+        return (
+            f"unknown config key learner.{key}: the objective's settings are in [learner.objective], "
+            f"e.g. --set learner.objective.{key}={_as_value(value)}"
+        )
+    return None
+
+
+def _not_a_table(name: str, value) -> str:
+    if name == "learner.objective":  # the old `learner.objective = "tis"`
+        return (
+            "config key learner.objective is the table [learner.objective]: the objective is named by "
+            f"learner.objective.name, e.g. --set learner.objective.name={_as_value(value)}"
+        )
+    return f"config section {name!r} must be a table of keys"
+
+
+def _unknown_key(data: dict, kind: type = Config, dotted: str = "") -> str | None:
+    """The first key of `data` that `kind` (a config struct) does not have, as a one-line message; nested tables too."""
+    fields = {f.name: f.type for f in msgspec.structs.fields(kind)}
+    for key, body in data.items():
+        name = f"{dotted}.{key}" if dotted else key
+        if key not in fields:
+            if not dotted:
+                return f"unknown config section {key!r} (known: {', '.join(fields)})"
+            return _moved_key(dotted, key, body) or f"unknown config key {name} (known in [{dotted}]: {', '.join(fields)})"
+        if _is_section(fields[key]):
+            if not isinstance(body, dict):
+                return _not_a_table(name, body)
+            problem = _unknown_key(body, fields[key], name)
+            if problem:
+                return problem
+        elif isinstance(body, dict):
+            return f"config key {name} takes a value, not a table of keys: write --set {name}=VALUE"
     return None
 
 
@@ -302,12 +358,57 @@ def check_config(config: Config) -> None:
             f"curriculum.skills_per_refresh ({c.curriculum.skills_per_refresh}) exceeds the "
             f"{len(c.curriculum.skills)} skills in curriculum.skills"
         )
-    if len(c.learner.betas) != 2:
-        raise ConfigError("learner.betas must be two numbers, for example [0.9, 0.98]")
+    check_learner(c.learner)
     if c.inference.backend == "vllm":
         raise ConfigError("inference.backend = 'vllm' is not implemented yet: use 'transformers' (the [gpu] extra only installs vLLM)")
     if c.inference.backend == "scripted" and not c.inference.script:
         raise ConfigError("inference.backend = 'scripted' needs inference.script = a JSON file of completions")
+
+
+def check_learner(config: LearnerConfig) -> None:
+    """The `[learner]` and `[learner.objective]` range checks (also run by `Trainer` on a hand-built LearnerConfig)."""
+    for name in ("mini_batches", "micro_batch_tokens", "world_size"):
+        if getattr(config, name) < 1:
+            raise ConfigError(f"learner.{name} must be at least 1 (got {getattr(config, name)})")
+    for name in ("warmup_steps", "total_steps", "checkpoint_every", "keep_checkpoints", "lora_rank"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"learner.{name} must be >= 0 (got {getattr(config, name)})")
+    if config.total_steps and config.total_steps <= config.warmup_steps:
+        raise ConfigError(
+            f"learner.total_steps ({config.total_steps}) must exceed learner.warmup_steps ({config.warmup_steps}), "
+            "or be 0 for no decay"
+        )
+    if len(config.betas) != 2:
+        raise ConfigError("learner.betas must be two numbers, for example [0.9, 0.98]")
+    if config.lora_rank > 0 and not config.lora_targets:
+        raise ConfigError("learner.lora_targets must name at least one module when learner.lora_rank > 0")
+    if not 0.0 <= config.lora_dropout < 1.0:
+        raise ConfigError(f"learner.lora_dropout must be in [0, 1) (got {config.lora_dropout})")
+    _check_objective(config.objective)
+
+
+def _check_objective(o: ObjectiveConfig) -> None:
+    if o.name not in OBJECTIVES:
+        raise ConfigError(f"learner.objective.name must be one of {', '.join(OBJECTIVES)} (got {o.name!r})")
+    if not 0.0 <= o.clip_low < 1.0:
+        raise ConfigError(f"learner.objective.clip_low must be in [0, 1) (got {o.clip_low})")
+    if o.clip_high < 0.0:
+        raise ConfigError(f"learner.objective.clip_high must be >= 0 (got {o.clip_high})")
+    for name in ("behaviour_cap", "tis_cap"):
+        if getattr(o, name) <= 0.0:
+            raise ConfigError(f"learner.objective.{name} must be > 0 (got {getattr(o, name)})")
+    if o.icepop_low < 0.0:
+        raise ConfigError(f"learner.objective.icepop_low must be >= 0 (got {o.icepop_low})")
+    if o.icepop_low > o.icepop_high:
+        raise ConfigError(
+            f"learner.objective.icepop_low ({o.icepop_low}) must not exceed learner.objective.icepop_high ({o.icepop_high})"
+        )
+    if o.seq_low <= 0.0:
+        raise ConfigError(f"learner.objective.seq_low must be > 0 (got {o.seq_low})")
+    if o.seq_low > o.seq_high:
+        raise ConfigError(f"learner.objective.seq_low ({o.seq_low}) must not exceed learner.objective.seq_high ({o.seq_high})")
+    if o.kl_coef < 0.0:
+        raise ConfigError(f"learner.objective.kl_coef must be >= 0 (got {o.kl_coef})")
 
 
 def dump_config(config: Config) -> str:

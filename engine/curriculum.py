@@ -9,12 +9,14 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import random
 from pathlib import Path
 
 import msgspec
+
+from engine.contract import env_class_name
+from storage.records import EnvironmentRecord
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = REPO / "engine" / "data" / "corpus.jsonl"
@@ -139,17 +141,6 @@ def load_seeds(folder: Path = SEEDS_DIR) -> list[SeedEnvironment]:
     return seeds
 
 
-def env_class_name(code: str) -> str:
-    """The environment's class, by the validator's rule (the top-level class whose name ends in "Env"); the
-    memory names it in "avoid" lines. "Env" when the code does not parse or has none."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return "Env"
-    names = [node.name for node in tree.body if isinstance(node, ast.ClassDef) and node.name.endswith("Env")]
-    return names[0] if names else "Env"
-
-
 class ActiveEnv(msgspec.Struct, kw_only=True):
     """An environment played in the current refresh epoch."""
 
@@ -159,3 +150,11 @@ class ActiveEnv(msgspec.Struct, kw_only=True):
     hint: str
     designed_now: bool  # made at this refresh (so it earns a designer reward)
     class_name: str
+
+    @classmethod
+    def of(cls, record: EnvironmentRecord, *, designed_now: bool) -> ActiveEnv:
+        """The stored environment `record` as played now."""
+        return cls(
+            env_id=record.env_id, skill=record.skill, code=record.code, hint=record.hint, designed_now=designed_now,
+            class_name=env_class_name(record.code),
+        )

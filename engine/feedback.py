@@ -20,7 +20,7 @@ import msgspec
 from engine.config import CurriculumConfig, RewardConfig
 from engine.curriculum import ActiveEnv
 from engine.messages import PlayResult, Sample
-from engine.rewards import designer_advantages, designer_reward, designer_scale, mean
+from engine.rewards import designer_advantages, designer_reward, designer_scale, mean, returns_by_group, win_rate
 from storage.memory import evicted
 from storage.records import DesignerRewardRecord, MemoryRecord
 from storage.store import Store
@@ -90,19 +90,16 @@ def close_window(store: Store, reward: RewardConfig, k: int, end_step: int, agen
 
 def update_memory(store: Store, curriculum: CurriculumConfig, step: int, active: list[ActiveEnv], plays: list[PlayResult]) -> None:
     """Remember the environments made at this refresh with how their plays went; evict past capacity."""
-    by_env: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for r in plays:
-        if r.status != "failed":
-            by_env[(r.env_id, r.arm)].append(r.episode_return)
+    by_env = returns_by_group(plays)
     with store.batch() as batch:
         for env in active:
             if not env.designed_now:
                 continue
-            no_hint = by_env[(env.env_id, "no_hint")]
+            no_hint = by_env.get((env.env_id, "no_hint"), [])
             batch.put_memory(
                 MemoryRecord(
                     env_id=env.env_id, skill=env.skill, name=env.class_name, code=env.code[: curriculum.example_code_chars],
-                    win_rate=mean([1.0 if x > 0 else 0.0 for x in no_hint]), regret=mean(by_env[(env.env_id, "hint")]) - mean(no_hint),
+                    win_rate=win_rate(no_hint), regret=mean(by_env.get((env.env_id, "hint"), [])) - mean(no_hint),
                     step=step, source="designed",
                 )
             )

@@ -3,12 +3,14 @@ chance to stop them: left running, an orphaned learner would meet the next `up -
 
 The engine puts its pid in the children's environment (`SPADE_ENGINE_PID`, see engine/processes.py); the worker
 and the learner (rank 0 under torchrun, whose parent is torchrun) run `cancel_when_engine_gone` beside their work,
-which cancels it (so everything closes in order) once the engine is gone. An attached worker (`bin/spade-engine worker`) has no such pid and is not watched.
+which cancels it (so everything closes in order) once the engine is gone; `cancel_on_sigterm` does the same on
+SIGTERM. An attached worker (`bin/spade-engine worker`) has no such pid and is not watched.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -46,3 +48,11 @@ async def cancel_when_engine_gone(pid: int, scope: trio.CancelScope, who: str) -
     await until_engine_gone(pid)
     print(f"{who}: the engine (pid {pid}) is gone; stopping", file=sys.stderr, flush=True)
     scope.cancel()
+
+
+async def cancel_on_sigterm(scope: trio.CancelScope) -> None:
+    """SIGTERM (from the engine, or the user) cancels `scope`, so every resource closes in order."""
+    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return

@@ -7,7 +7,8 @@ Sockets (engine binds both, see engine/transport.py):
   `EngineToLearner`.
 
 Token data travels as raw little-endian bytes (int32 ids, uint8 mask, float32 log-probs, int32 versions); use
-`storage.records.pack_*` / `unpack_*` helpers to convert. A peer that sends bytes that do not decode into the
+the `pack_*` / `unpack_*` helpers at the end of this module to convert, and `check_sample` to check that a
+sample's arrays line up. A peer that sends bytes that do not decode into the
 socket's union gets a `ProtocolError` naming the problem (engine/transport.py), never a crash of the engine.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import Literal
 
 import msgspec
+import numpy as np
 
 Role = Literal["designer", "agent"]
 # The tool-use setting (the designer writes tool specs and user instructions, the agent calls tools, tool
@@ -197,3 +199,44 @@ class TrainBatch(_Msg, tag="train_batch"):
 
 
 EngineToLearner = TrainBatch | Shutdown
+
+
+# ---------------------------------------------------------------- token arrays on the wire
+def pack_ints(values) -> bytes:
+    return np.asarray(values, dtype="<i4").tobytes()
+
+
+def pack_mask(values) -> bytes:
+    return np.asarray(values, dtype=np.uint8).tobytes()
+
+
+def pack_floats(values) -> bytes:
+    return np.asarray(values, dtype="<f4").tobytes()
+
+
+def unpack_ints(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i4")
+
+
+def unpack_mask(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def unpack_floats(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<f4")
+
+
+def check_sample(sample: Sample) -> None:
+    """A sample's arrays must line up: raises ValueError naming the mismatch."""
+    for name in ("tokens", "logprobs", "versions"):  # 4-byte entries
+        if len(getattr(sample, name)) % 4:
+            raise ValueError(f"sample {sample.sample_id}: {name} holds {len(getattr(sample, name))} bytes, not a whole number of 4-byte entries")
+    n = len(sample.tokens) // 4
+    lengths = {
+        "loss_mask": len(sample.loss_mask),
+        "logprobs": len(sample.logprobs) // 4,
+        "versions": len(sample.versions) // 4,
+    }
+    for name, length in lengths.items():
+        if length != n:
+            raise ValueError(f"sample {sample.sample_id}: {name} has {length} entries for {n} tokens")

@@ -63,9 +63,18 @@ class Child:
             return self.proc.wait()
 
 
-def learner_child(paths: RunPaths, world_size: int = 1) -> Child:
-    from learner.distributed import learner_command  # imports no torch
+def learner_command(python: str, run_dir: str | Path, world_size: int) -> list[str]:
+    """The learner process's argv: plain `python -m learner.train` for one process, torchrun (FSDP2 over N
+    processes of one node, learner/distributed.py) for more."""
+    if world_size < 1:
+        raise ValueError(f"learner.world_size must be at least 1 (got {world_size})")
+    train = ["-m", "learner.train", "--run-dir", str(run_dir)]
+    if world_size == 1:
+        return [python, *train]
+    return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", str(world_size), *train]
 
+
+def learner_child(paths: RunPaths, world_size: int = 1) -> Child:
     return Child("learner", learner_command(sys.executable, str(paths.root), world_size), paths)
 
 

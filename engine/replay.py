@@ -5,6 +5,9 @@ Works while the run is going (LMDB readers never block the writer) and after it 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from engine.errors import UsageError
 from engine.paths import RunPaths
 
 
@@ -15,14 +18,17 @@ def replay_main(args) -> int:
     try:
         store = Store.open(paths.store, readonly=True)
     except FileNotFoundError as exc:
-        from engine.cli import UsageError
-
         raise UsageError(str(exc)) from None
     tokenizer = None
     if args.tokens:
-        from transformers import AutoTokenizer
+        from tokenizers import (
+            Tokenizer,  # the fast tokenizer alone: the engine's commands never load torch
+        )
 
-        tokenizer = AutoTokenizer.from_pretrained(paths.read_model_path())
+        tokenizer_file = Path(paths.read_model_path()) / "tokenizer.json"
+        if not tokenizer_file.is_file():
+            raise UsageError(f"--tokens needs the run's tokenizer, and {tokenizer_file} does not exist")
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
     shown = 0
     try:
         for t in store.trajectories(args.step):
@@ -34,9 +40,9 @@ def replay_main(args) -> int:
             if t.failure:
                 print(f"    failure: {t.failure[:200]}")
             if tokenizer is not None:
-                from storage.records import unpack_ints
+                from engine.messages import unpack_ints
 
-                print("    text: " + tokenizer.decode(unpack_ints(t.sample.tokens).tolist())[-2000:].replace("\n", "\n          "))
+                print("    text: " + tokenizer.decode(unpack_ints(t.sample.tokens).tolist(), skip_special_tokens=False)[-2000:].replace("\n", "\n          "))
             shown += 1
             if shown >= args.limit:
                 break

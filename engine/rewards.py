@@ -1,6 +1,5 @@
 """Returns, advantages and the delayed designer reward (spade-reference.md §5-§6).
 
-- Episode return: the terminal reward clamped to [-1, 1] if the episode terminated, else 0.
 - Agent advantage: z-score within each (environment, arm) group, (r - mean) / (std + 1e-8); equal groups get 0.
 - Designer reward, computed k steps after the environment was made, from the plays of its window:
   `blend` (the reference's paper runs): 0.4 * clip(regret / 0.15, 0, 1) + 0.6 * plateau(win rate), with
@@ -14,15 +13,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from engine.config import RewardConfig
-
-
-def episode_return(last_reward: float, terminated: bool) -> float:
-    if not terminated or not math.isfinite(last_reward):
-        return 0.0
-    return max(-1.0, min(1.0, float(last_reward)))
 
 
 def group_advantages(rewards: Sequence[float]) -> list[float]:
@@ -47,6 +40,21 @@ def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def win_rate(returns: Sequence[float]) -> float:
+    """The share of returns above 0."""
+    return mean([1.0 if r > 0 else 0.0 for r in returns])
+
+
+def returns_by_group(plays: Iterable) -> dict[tuple[str, str], list[float]]:
+    """The returns of the plays that did not fail, by (environment, arm); plays are `PlayResult`s or agent
+    `TrajectoryRecord`s (anything with env_id, arm, status and episode_return), in their order."""
+    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for play in plays:
+        if play.status != "failed":
+            groups[(play.env_id, play.arm)].append(play.episode_return)
+    return groups
+
+
 def designer_reward(
     config: RewardConfig,
     *,
@@ -56,14 +64,14 @@ def designer_reward(
     no_hint_returns_all: Sequence[float],
 ) -> tuple[float, float, float]:
     """(raw reward, regret, win rate) of one environment over its window."""
-    win_rate = mean([1.0 if r > 0 else 0.0 for r in no_hint_returns_all])
+    win = win_rate(no_hint_returns_all)
     if config.designer_reward == "blend":
         regret = mean(hint_returns_first) - mean(no_hint_returns_first)
         normalised = min(1.0, max(0.0, regret / config.regret_floor))
-        shaped = plateau(win_rate, config.plateau_low, config.plateau_high, config.plateau_ramp)
-        return config.regret_weight * normalised + config.plateau_weight * shaped, regret, win_rate
+        shaped = plateau(win, config.plateau_low, config.plateau_high, config.plateau_ramp)
+        return config.regret_weight * normalised + config.plateau_weight * shaped, regret, win
     regret = mean(hint_returns_all) - mean(no_hint_returns_all)
-    return regret, regret, win_rate
+    return regret, regret, win
 
 
 def designer_advantages(skills: Sequence[str], rewards: Sequence[float], scale: float, standardise: bool = False) -> list[float]:

@@ -1,12 +1,11 @@
 """The learner on N processes of one node: the command that starts it, the process group, FSDP2, collectives.
 
-    argv = learner_command(sys.executable, run_dir, world_size)   # what the engine starts (imports no torch)
     dist = init_distributed("auto")      # under torchrun: joins the group (nccl on cuda, gloo on cpu); alone: rank 0 of 1
     model = shard_model(model, dist)     # FSDP2: each decoder layer, then the root; a no-op for one process
     message = dist.broadcast(message)    # rank 0's object on every rank
     shares = split_by_tokens(lengths, dist.world_size)   # the same deterministic split on every rank
 
-With `learner.world_size = N > 1` the engine runs `python -m torch.distributed.run --standalone --nproc-per-node N
+With `learner.world_size = N > 1` the engine runs (engine/processes.py: `learner_command`) `python -m torch.distributed.run --standalone --nproc-per-node N
 -m learner.train ...`. The same code runs as N CPU processes over gloo, which is how the tests check it.
 
 Gradients are SUM-reduced (FSDP's divide factor set to 1): the trainer divides each role's loss by the role's token
@@ -20,18 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
-
-
-def learner_command(python: str, run_dir: str | Path, world_size: int) -> list[str]:
-    """The learner process's argv: plain `python -m learner.train` for one process, torchrun for more."""
-    if world_size < 1:
-        raise ValueError(f"learner.world_size must be at least 1 (got {world_size})")
-    train = ["-m", "learner.train", "--run-dir", str(run_dir)]
-    if world_size == 1:
-        return [python, *train]
-    return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", str(world_size), *train]
 
 
 def resolve_device(name: str) -> str:

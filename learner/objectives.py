@@ -18,6 +18,9 @@ The per-token loss is -w * min(r * A, clip(r) * A) (+ kl_coef * k3 to a frozen r
 effective mask M; `aggregate` turns it into -(1/|M|) sum_M ... per role. With `seq_filter`, a whole sequence
 leaves M when the geometric mean of k over its tokens, exp(mean log k), falls outside [seq_low, seq_high].
 
+The settings are `ObjectiveConfig`, the `[learner.objective]` table of engine/config.py (re-exported here);
+their ranges are checked with the rest of the config (`engine.config.check_config`), not on construction.
+
 On-policy (mu = pi_prox = pi_theta.detach()) every objective equals `plain_grpo_loss` in value and gradient.
 M depends only on proximal, behaviour and the caller's mask, so `effective_mask` gives the per-role token counts
 before any gradient pass (for micro-batched gradient accumulation, pass them to `aggregate` as `role_tokens`).
@@ -26,41 +29,12 @@ before any gradient pass (for micro-batched gradient accumulation, pass them to 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
 
-import msgspec
 import torch
 
-OBJECTIVES = ("decoupled_ppo", "tis", "icepop")
+from engine.config import OBJECTIVES, ObjectiveConfig  # declared once, as `[learner.objective]`; checked there
 
-
-class ObjectiveConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    name: Literal["decoupled_ppo", "tis", "icepop"] = "decoupled_ppo"
-    clip_low: float = 0.2  # r is clipped to [1 - clip_low, 1 + clip_high]
-    clip_high: float = 0.28  # DAPO's "clip higher"
-    behaviour_cap: float = 5.0  # decoupled_ppo: tokens with pi_prox / mu above this are masked out
-    tis_cap: float = 2.0  # tis: the weight is min(pi_prox / mu, tis_cap)
-    icepop_low: float = 0.5  # icepop: tokens keep weight pi_prox / mu inside [icepop_low, icepop_high], else 0
-    icepop_high: float = 5.0
-    seq_filter: bool = False  # reject a sequence whose geometric-mean pi_prox / mu leaves [seq_low, seq_high]
-    seq_low: float = 0.99
-    seq_high: float = 1.01
-    kl_coef: float = 0.0  # weight of the k3 KL to a frozen reference model (needs ref_logprobs)
-
-    def __post_init__(self):
-        if self.name not in OBJECTIVES:
-            raise ValueError(f"objective {self.name!r} is unknown: use one of {', '.join(OBJECTIVES)}")
-        if not (0.0 <= self.clip_low < 1.0 and self.clip_high >= 0.0):
-            raise ValueError(f"clip range [1 - {self.clip_low}, 1 + {self.clip_high}] is invalid: need 0 <= clip_low < 1 and clip_high >= 0")
-        for field in ("behaviour_cap", "tis_cap"):
-            if getattr(self, field) <= 0.0:
-                raise ValueError(f"{field} must be positive, got {getattr(self, field)}")
-        if not 0.0 <= self.icepop_low <= self.icepop_high:
-            raise ValueError(f"icepop band [{self.icepop_low}, {self.icepop_high}] is invalid: need 0 <= icepop_low <= icepop_high")
-        if not 0.0 < self.seq_low <= self.seq_high:
-            raise ValueError(f"sequence filter band [{self.seq_low}, {self.seq_high}] is invalid: need 0 < seq_low <= seq_high")
-        if self.kl_coef < 0.0:
-            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+__all__ = ["OBJECTIVES", "ObjectiveConfig", "aggregate", "effective_mask", "k3", "plain_grpo_loss", "token_losses"]
 
 
 def k3(log_ratio: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
     python -m learner.train --run-dir RUN_DIR                                        # one process
     python -m torch.distributed.run --standalone --nproc-per-node N -m learner.train --run-dir RUN_DIR
 
-Started by `bin/spade-engine up` (the argv comes from `learner.distributed.learner_command`, torchrun when
+Started by `bin/spade-engine up` (the argv comes from `engine.processes.learner_command`, torchrun when
 `learner.world_size > 1`). It loads the run's model, resumes from `run_dir/checkpoints/latest` when that exists
 (announcing the checkpoint's policy version in `LearnerHello`, so the engine resends what came after), says hello
 on the engine's learner socket, and for each `TrainBatch` runs one update (learner/trainer.py), writes policy
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 import time
 import traceback
@@ -31,7 +30,7 @@ import trio
 import zmq
 
 from engine.config import Config, read_config_file
-from engine.lifeline import cancel_when_engine_gone, engine_pid
+from engine.lifeline import cancel_on_sigterm, cancel_when_engine_gone, engine_pid
 from engine.messages import EngineToLearner, LearnerFailed, LearnerHello, PolicyPublished, Shutdown, TrainBatch
 from engine.paths import RunPaths
 from engine.transport import open_socket
@@ -89,7 +88,7 @@ async def serve_engine(trainer, paths: RunPaths, config: Config, policy_path: st
         return apply_batch(trainer, paths, config, message) if isinstance(message, TrainBatch) else None
 
     async with open_socket(zmq.DEALER, paths.learner_address, bind=False, decode=EngineToLearner) as sock, trio.open_nursery() as nursery:
-        nursery.start_soon(_cancel_on_sigterm, nursery.cancel_scope)
+        nursery.start_soon(cancel_on_sigterm, nursery.cancel_scope)
         if (pid := engine_pid()) is not None:
             nursery.start_soon(cancel_when_engine_gone, pid, nursery.cancel_scope, "learner")
         await sock.send(LearnerHello(pid=os.getpid(), policy_version=trainer.version, policy_path=policy_path))
@@ -126,13 +125,6 @@ def follow_rank0(trainer, paths: RunPaths, config: Config) -> None:
                 return
 
 
-async def _cancel_on_sigterm(scope: trio.CancelScope) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM) as signals:
-        async for _ in signals:
-            scope.cancel()
-            return
-
-
 def run_learner(run_dir: Path) -> None:
     import torch
 
@@ -146,7 +138,7 @@ def run_learner(run_dir: Path) -> None:
         if dist.world_size != config.learner.world_size:
             raise ValueError(
                 f"learner.world_size is {config.learner.world_size} but {dist.world_size} learner process(es) started: "
-                "start the learner with learner.distributed.learner_command(python, run_dir, learner.world_size)"
+                "start the learner with engine.processes.learner_command(python, run_dir, learner.world_size)"
             )
         if dist.device_type == "cpu":
             torch.set_num_threads(config.learner.threads or max(1, (os.cpu_count() or 1) // dist.world_size))

@@ -10,7 +10,7 @@ is trained, and `publish` writes only the adapter (adapter_config.json + adapter
 the base model folder), which the workers apply to the base model they hold (actors/inference/hf.py). The KL
 reference is then the same model with the adapter disabled. LoRA runs on one process only.
 
-The objective is chosen by `learner.objective` (learner/objectives.py). Aggregation: token mean within each role
+The objective is the `[learner.objective]` table (learner/objectives.py). Aggregation: token mean within each role
 over every sampled token of that role in the mini-batch (including those of zero-advantage samples, which are
 skipped in the forward pass since they contribute no gradient), role losses weighted by `designer_weight` /
 `agent_weight`. The batch is cut into `mini_batches` strided mini-batches (sample i goes to i mod M), one
@@ -36,36 +36,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.config import LearnerConfig
+from engine.config import LearnerConfig, check_learner
 from engine.messages import Sample
 from learner import checkpoint
 from learner.distributed import Distributed, resolve_device, shard_model, split_by_tokens
 from learner.logprobs import logprobs_from_logits
-from learner.objectives import ObjectiveConfig, aggregate, token_losses
-from storage.records import unpack_floats, unpack_ints, unpack_mask
+from learner.objectives import aggregate, token_losses
+from engine.messages import unpack_floats, unpack_ints, unpack_mask
 
 ROLES = ("agent", "designer")
 # Summed over micro-batches and ranks, then turned into the logged means (one all-reduce per update).
 _SUMS = ("loss", "loss_agent", "loss_designer", "clip", "weight", "masked", "k3", "kl", "tokens", "kept")
-
-
-def check_learner_config(config: LearnerConfig) -> None:
-    """Range checks for the learner's fields (ValueError naming the field)."""
-    for name in ("mini_batches", "micro_batch_tokens", "world_size"):
-        if getattr(config, name) < 1:
-            raise ValueError(f"learner.{name} must be at least 1 (got {getattr(config, name)})")
-    for name in ("warmup_steps", "total_steps", "checkpoint_every", "keep_checkpoints", "lora_rank"):
-        if getattr(config, name) < 0:
-            raise ValueError(f"learner.{name} must be >= 0 (got {getattr(config, name)})")
-    if config.total_steps and config.total_steps <= config.warmup_steps:
-        raise ValueError(
-            f"learner.total_steps ({config.total_steps}) must exceed learner.warmup_steps ({config.warmup_steps}), "
-            "or be 0 for no decay"
-        )
-    if config.lora_rank > 0 and not config.lora_targets:
-        raise ValueError("learner.lora_targets must name at least one module when learner.lora_rank > 0")
-    if not 0.0 <= config.lora_dropout < 1.0:
-        raise ValueError(f"learner.lora_dropout must be in [0, 1) (got {config.lora_dropout})")
 
 
 def lr_factor(config: LearnerConfig, step: int) -> float:
@@ -196,7 +177,7 @@ class Trainer:
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        check_learner_config(config)
+        check_learner(config)  # ConfigError; a config read from a run's config.toml has passed it already
         self.config = config
         self.dist = distributed or Distributed(device_type=resolve_device(config.device))
         self.device = self.dist.device
@@ -221,9 +202,9 @@ class Trainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: lr_factor(config, step))
         self.reference = None
-        if config.kl_coef > 0 and self.lora:  # the base model: the policy with its adapter disabled
+        if config.objective.kl_coef > 0 and self.lora:  # the base model: the policy with its adapter disabled
             self.reference = _AdapterDisabled(self.model)
-        elif config.kl_coef > 0:  # a frozen copy of the initial model for the KL term
+        elif config.objective.kl_coef > 0:  # a frozen copy of the initial model for the KL term
             reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).eval()
             reference.requires_grad_(False)
             self.reference = shard_model(reference, self.dist, frozen=True)
@@ -233,18 +214,10 @@ class Trainer:
         self.updates = 0  # update() calls that took at least one optimizer step
         self.optimizer_steps = 0
 
-    def objective(self) -> ObjectiveConfig:
-        c = self.config
-        return ObjectiveConfig(
-            name=c.objective, clip_low=c.clip_low, clip_high=c.clip_high, behaviour_cap=c.behaviour_cap, tis_cap=c.tis_cap,
-            icepop_low=c.icepop_low, icepop_high=c.icepop_high, seq_filter=c.seq_filter, seq_low=c.seq_low,
-            seq_high=c.seq_high, kl_coef=c.kl_coef,
-        )
-
     # ------------------------------------------------------------------ the update
     def update(self, samples: list[Sample]) -> dict[str, float]:
         started = time.perf_counter()
-        objective = self.objective()
+        objective = self.config.objective
         rows = [_unpack(s) for s in samples]
         trainable = [i for i, r in enumerate(rows) if r.advantage != 0.0 and r.mask.any()]
         plan = self._plan(rows, set(trainable))

@@ -1,4 +1,4 @@
-"""Record types stored in LMDB, and the byte packing of token arrays.
+"""Record types stored in LMDB (token arrays inside them are packed as engine/messages.py says).
 
 Every record carries a schema version `v`; a record that does not decode raises `StoredRecordError` naming the
 database and key, so a corrupt or foreign store is reported, not crashed on.
@@ -9,8 +9,6 @@ from __future__ import annotations
 from typing import Literal
 
 import msgspec
-import numpy as np
-
 from engine.messages import Arm, Role, Sample, TurnRecord
 
 SCHEMA_VERSION = 1
@@ -94,7 +92,9 @@ class BatchRecord(msgspec.Struct, kw_only=True):
     """What one learner update trained on, so a restarted learner can be sent exactly the same batch again."""
 
     v: int = SCHEMA_VERSION
-    index: int  # the n-th batch of the run; the learner's policy version after it is index + 1
+    # The policy version that trains this batch (the run's n-th batch is trained by version n, making n + 1);
+    # stored under its first name, `index`.
+    version: int = msgspec.field(name="index")
     step: int
     checkpoint: bool
     entries: list[BatchEntry]
@@ -103,49 +103,9 @@ class BatchRecord(msgspec.Struct, kw_only=True):
 class RunState(msgspec.Struct, kw_only=True):
     v: int = SCHEMA_VERSION
     steps_done: int = 0  # steps whose plays and training batch are committed
-    batches: int = 0  # training batches recorded (in `batches`)
+    batches: int = 0  # training batches recorded (in `batches`): the policy version the learner reaches after them
     policy_version: int = 0
     active_env_ids: list[str] = msgspec.field(default_factory=list)
     refresh_step: int = -1  # the step of the latest refresh
     isolation: str = ""
     finished: bool = False
-
-
-def pack_ints(values) -> bytes:
-    return np.asarray(values, dtype="<i4").tobytes()
-
-
-def pack_mask(values) -> bytes:
-    return np.asarray(values, dtype=np.uint8).tobytes()
-
-
-def pack_floats(values) -> bytes:
-    return np.asarray(values, dtype="<f4").tobytes()
-
-
-def unpack_ints(data: bytes) -> np.ndarray:
-    return np.frombuffer(data, dtype="<i4")
-
-
-def unpack_mask(data: bytes) -> np.ndarray:
-    return np.frombuffer(data, dtype=np.uint8)
-
-
-def unpack_floats(data: bytes) -> np.ndarray:
-    return np.frombuffer(data, dtype="<f4")
-
-
-def check_sample(sample: Sample) -> None:
-    """A sample's arrays must line up: raises ValueError naming the mismatch."""
-    for name in ("tokens", "logprobs", "versions"):  # 4-byte entries
-        if len(getattr(sample, name)) % 4:
-            raise ValueError(f"sample {sample.sample_id}: {name} holds {len(getattr(sample, name))} bytes, not a whole number of 4-byte entries")
-    n = len(sample.tokens) // 4
-    lengths = {
-        "loss_mask": len(sample.loss_mask),
-        "logprobs": len(sample.logprobs) // 4,
-        "versions": len(sample.versions) // 4,
-    }
-    for name, length in lengths.items():
-        if length != n:
-            raise ValueError(f"sample {sample.sample_id}: {name} has {length} entries for {n} tokens")

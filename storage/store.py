@@ -80,7 +80,7 @@ class Batch:
         self._put("designer_rewards", record.env_id, record)
 
     def put_batch(self, record: BatchRecord) -> None:
-        self._put("batches", f"{record.index:08d}", record)
+        self._put("batches", f"{record.version:08d}", record)
 
     def put_state(self, state: RunState) -> None:
         self._put("meta", "state", state)

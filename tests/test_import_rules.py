@@ -1,18 +1,127 @@
-"""The package boundaries: the engine coordinates and never imports torch (so --help and the engine stay light)."""
+"""The package rule (README, "Layout"), read from the imports of every module, lazy ones inside functions included.
 
+- the protocol layer (`engine.messages`, `config`, `transport`, `paths`, `lifeline`, `errors`, `contract`) is
+  what every process agrees on: it imports only itself;
+- `storage` imports the protocol layer and itself;
+- `engine` (the coordinator) imports the protocol layer, `storage` and itself, never `actors` or `learner`;
+- `actors` and `learner` import the protocol layer and themselves, never each other, never `storage`;
+- `engine` and `storage` never import torch, transformers, vllm or peft (so `--help` and the engine stay light).
+Each exception is listed in EXCEPTIONS with its reason.
+"""
+
+import ast
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("engine", "actors", "storage", "learner")
+PROTOCOL = {f"engine.{name}" for name in ("messages", "config", "transport", "paths", "lifeline", "errors", "contract")}
+HEAVY = ("torch", "transformers", "vllm", "peft", "accelerate")
+
+# (importing module, imported module): why it is allowed.
+EXCEPTIONS = {
+    ("engine.cli", "actors.worker"): "the command line hands `worker` to the worker's own entry point (a lazy import)",
+    ("engine.cli", "actors.sandbox.cli"): "the command line hands `validate` and `play` to the sandbox's entry points (lazy)",
+}
 
 
-def test_engine_modules_do_not_import_torch():
+def layer(module: str) -> str:
+    if module in PROTOCOL:
+        return "protocol"
+    return module.split(".")[0]
+
+
+ALLOWED = {
+    "protocol": {"protocol"},
+    "storage": {"protocol", "storage"},
+    "engine": {"protocol", "storage", "engine"},
+    "actors": {"protocol", "actors"},
+    "learner": {"protocol", "learner"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> list[tuple[str, int]]:
+    """Every absolute module an import statement in `path` names (for `from X import Y`, X and X.Y when that is
+    a module of ours), with its line."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.module, node.lineno))
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                if (REPO / Path(*candidate.split("."))).with_suffix(".py").is_file() or (REPO / Path(*candidate.split("."))).is_dir():
+                    found.append((candidate, node.lineno))
+    return found
+
+
+def package_modules() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (REPO / package).rglob("*.py") if "seeds" not in p.parts)
+
+
+def violations() -> list[str]:
+    problems = []
+    for path in package_modules():
+        importer = module_name(path)
+        for imported, line in imports_of(path):
+            top = imported.split(".")[0]
+            where = f"{path.relative_to(REPO)}:{line}"
+            if top in HEAVY and layer(importer) in ("protocol", "storage", "engine"):
+                problems.append(f"{where}: {importer} imports {imported} (the engine and storage never import torch & co)")
+            if top not in PACKAGES:
+                continue
+            if (importer, imported) in EXCEPTIONS or any(imported.startswith(b + ".") for a, b in EXCEPTIONS if a == importer):
+                continue
+            if layer(imported) not in ALLOWED[layer(importer)]:
+                problems.append(f"{where}: {importer} ({layer(importer)}) imports {imported} ({layer(imported)})")
+    return problems
+
+
+def test_packages_import_only_what_the_rule_allows():
+    assert violations() == []
+
+
+def test_every_exception_is_still_needed():
+    """An exception nobody uses any more is removed from the list."""
+    used = {(module_name(p), m) for p in package_modules() for m, _ in imports_of(p)}
+    assert [pair for pair in EXCEPTIONS if pair not in used] == []
+
+
+@pytest.mark.parametrize(
+    "importer, imported, expected",
+    [
+        ("storage.store", "engine.messages", True),
+        ("storage.store", "engine.run", False),
+        ("engine.run", "storage.store", True),
+        ("engine.run", "actors.worker", False),
+        ("actors.agent", "engine.rewards", False),
+        ("actors.agent", "engine.messages", True),
+        ("learner.trainer", "actors.inference.hf", False),
+        ("engine.messages", "storage.records", False),
+    ],
+)
+def test_the_rule_itself(importer, imported, expected):
+    assert (layer(imported) in ALLOWED[layer(importer)]) is expected
+
+
+def test_engine_modules_do_not_import_torch_when_loaded():
+    """The same, at run time: loading every engine and storage module pulls in none of the heavy packages."""
+    modules = [module_name(p) for p in package_modules() if p.relative_to(REPO).parts[0] in ("engine", "storage")]
     code = (
-        "import sys\n"
-        "import engine.cli, engine.run, engine.config, engine.messages, engine.transport, engine.dispatch, engine.rewards\n"
-        "import engine.curriculum, engine.replay, engine.summary, storage.store, storage.memory\n"
-        "heavy = [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules]\n"
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -87,6 +87,13 @@ def stop_token_ids(tokenizer) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
+def sampled_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / T)[token] in fp32, before top-k/top-p: the learner's definition (learner/logprobs.py;
+    tests/learner/test_logprobs.py checks that the two agree). logits [batch, n, vocab] predict tokens [batch, n]."""
+    scale = temperature if temperature > 0 else 1.0
+    return torch.log_softmax(logits.float() / scale, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
 class TransformersBackend(InferenceBackend):
     name = "transformers"
 
@@ -106,6 +113,14 @@ class TransformersBackend(InferenceBackend):
         """The policy published at `path`: a full model folder, or a LoRA adapter applied to the base model."""
         self.model = self.loader.load(path)
         self.policy_version = version
+
+    @torch.no_grad()
+    def score(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
+        """The log-prob of each completion token after the prompt, by one forward pass of the current model."""
+        full = torch.tensor([prompt_ids + completion_ids], dtype=torch.long)
+        logits = self.model(input_ids=full, attention_mask=torch.ones_like(full), use_cache=False).logits
+        predicting = logits[:, len(prompt_ids) - 1 : -1]  # position t - 1 predicts token t
+        return sampled_logprobs(predicting, full[:, len(prompt_ids) :], temperature)[0].tolist()
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         results: dict[int, Generation] = {}
@@ -140,9 +155,8 @@ class TransformersBackend(InferenceBackend):
             **(kwargs if sampling else dict(do_sample=False)),
         )
         new_tokens = output.sequences[:, width:]
-        logits = torch.stack(output.logits, dim=1).float()  # [batch, new, vocab], raw (before processors)
-        scale = first.temperature if sampling else 1.0
-        logp = torch.log_softmax(logits / scale, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+        logits = torch.stack(output.logits, dim=1)  # [batch, new, vocab], raw (before processors)
+        logp = sampled_logprobs(logits, new_tokens, first.temperature if sampling else 1.0)
         generations = []
         for row, request in enumerate(requests):
             ids = new_tokens[row].tolist()[: request.max_new_tokens]

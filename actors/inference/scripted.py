@@ -15,7 +15,6 @@ import torch
 
 from actors.inference.base import Generation, GenerationRequest
 from actors.inference.hf import TransformersBackend
-from learner.logprobs import token_logprobs
 
 ROLES = ("designer", "hint", "agent")
 
@@ -60,12 +59,10 @@ class ScriptedBackend(TransformersBackend):
         for request in requests:
             ids = self._tokenizer(self._next_text(request.role), add_special_tokens=False)["input_ids"]
             ids = (ids + [self.stop_id])[: request.max_new_tokens]
-            full = torch.tensor([request.prompt_ids + ids], dtype=torch.long)
-            logp = token_logprobs(self.model, full, torch.ones_like(full), request.temperature)[0]
             out.append(
                 Generation(
                     completion_ids=ids,
-                    logprobs=logp[len(request.prompt_ids) :].tolist(),
+                    logprobs=self.score(request.prompt_ids, ids, request.temperature),
                     text=self._tokenizer.decode(ids, skip_special_tokens=True),
                     finish_reason="stop" if ids[-1] == self.stop_id else "length",
                     policy_version=self.policy_version,

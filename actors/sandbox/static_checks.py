@@ -8,6 +8,7 @@ for things an environment has no use for, with a message the designer can act on
 import ast
 
 from actors.sandbox.isolation import ALLOWED_MODULES
+from engine.contract import env_classes
 
 # Attributes that only serve to climb out of the namespace an environment is given.
 FORBIDDEN_ATTRIBUTES = frozenset({
@@ -24,10 +25,6 @@ FORBIDDEN_CALLS = frozenset({
 ATTRIBUTE_FUNCTIONS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
 
 CheckResult = tuple[str, bool, str]
-
-
-def env_classes(tree: ast.Module) -> list[ast.ClassDef]:
-    return [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name.endswith("Env")]
 
 
 def _method(tree: ast.Module, cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:

@@ -4,12 +4,11 @@ from pathlib import Path
 
 import trio
 
-from actors.agent import play_episode
+from actors.agent import episode_return, play_episode
 from actors.inference.base import Generation
 from actors.sandbox import open_sandbox_pool
 from engine.config import PlayConfig
-from engine.messages import PlayTask
-from storage.records import unpack_floats, unpack_ints, unpack_mask
+from engine.messages import PlayTask, unpack_floats, unpack_ints, unpack_mask
 
 PICK = (Path(__file__).parents[1] / "e2e" / "data" / "pick_env.py").read_text()
 RAISES = PICK.replace('        if guess == str(self.target):', '        if guess == "boom":\n            raise ValueError("kaboom")\n        if guess == str(self.target):')
@@ -74,3 +73,10 @@ def test_truncated_episode_returns_zero():
 def test_exception_in_step_gives_minus_one():
     result, _ = _play(RAISES, ["\\boxed{boom}"])
     assert result.episode_return == -1.0 and "kaboom" in result.failure
+
+
+def test_episode_return_rules():
+    assert episode_return(1.0, True) == 1.0
+    assert episode_return(5.0, True) == 1.0
+    assert episode_return(0.7, False) == 0.0
+    assert episode_return(float("nan"), True) == 0.0

@@ -1,6 +1,20 @@
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from engine.config import ConfigError, dump_config, load_config, read_config_file
+from engine.config import (
+    Config,
+    ConfigError,
+    LearnerConfig,
+    ObjectiveConfig,
+    check_config,
+    check_learner,
+    dump_config,
+    load_config,
+    read_config_file,
+)
 
 
 def test_defaults_and_overrides():
@@ -42,3 +56,145 @@ def test_bad_input_names_the_field(override, message):
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match=r"does not exist$"):
         load_config(toml_path=str(tmp_path / "nope.toml"))
+
+
+# ---------------------------------------------------------------- [learner] and [learner.objective]
+
+# Every learner range check, as the user writes the value: (overrides, the one-line message).
+LEARNER_BAD = [
+    (["learner.objective.clip_low=1.5"], r"^learner\.objective\.clip_low must be in \[0, 1\) \(got 1\.5\)$"),
+    (["learner.objective.clip_low=-0.1"], r"^learner\.objective\.clip_low must be in \[0, 1\) \(got -0\.1\)$"),
+    (["learner.objective.clip_high=-1.0"], r"^learner\.objective\.clip_high must be >= 0 \(got -1\.0\)$"),
+    (["learner.objective.behaviour_cap=0.0"], r"^learner\.objective\.behaviour_cap must be > 0 \(got 0\.0\)$"),
+    (["learner.objective.tis_cap=-2.0"], r"^learner\.objective\.tis_cap must be > 0 \(got -2\.0\)$"),
+    (["learner.objective.icepop_low=-0.5"], r"^learner\.objective\.icepop_low must be >= 0 \(got -0\.5\)$"),
+    (
+        ["learner.objective.icepop_low=5.0", "learner.objective.icepop_high=0.5"],
+        r"^learner\.objective\.icepop_low \(5\.0\) must not exceed learner\.objective\.icepop_high \(0\.5\)$",
+    ),
+    (["learner.objective.seq_low=0.0"], r"^learner\.objective\.seq_low must be > 0 \(got 0\.0\)$"),
+    (
+        ["learner.objective.seq_low=1.2", "learner.objective.seq_high=1.1"],
+        r"^learner\.objective\.seq_low \(1\.2\) must not exceed learner\.objective\.seq_high \(1\.1\)$",
+    ),
+    (["learner.objective.kl_coef=-0.1"], r"^learner\.objective\.kl_coef must be >= 0 \(got -0\.1\)$"),
+    (["learner.objective.name=gspo"], r"^bad config value: Invalid enum value 'gspo' - at `learner\.objective\.name`$"),
+    (["learner.objective.clip_low=high"], r"^bad config value: Expected `float`, got `str` - at `learner\.objective\.clip_low`$"),
+    (["learner.mini_batches=0"], r"^learner\.mini_batches must be at least 1 \(got 0\)$"),
+    (["learner.micro_batch_tokens=0"], r"^learner\.micro_batch_tokens must be at least 1 \(got 0\)$"),
+    (["learner.world_size=0"], r"^learner\.world_size must be at least 1 \(got 0\)$"),
+    (["learner.warmup_steps=-1"], r"^learner\.warmup_steps must be >= 0 \(got -1\)$"),
+    (["learner.total_steps=-1"], r"^learner\.total_steps must be >= 0 \(got -1\)$"),
+    (["learner.checkpoint_every=-1"], r"^learner\.checkpoint_every must be >= 0 \(got -1\)$"),
+    (["learner.keep_checkpoints=-1"], r"^learner\.keep_checkpoints must be >= 0 \(got -1\)$"),
+    (["learner.lora_rank=-1"], r"^learner\.lora_rank must be >= 0 \(got -1\)$"),
+    (
+        ["learner.warmup_steps=4", "learner.total_steps=4"],
+        r"^learner\.total_steps \(4\) must exceed learner\.warmup_steps \(4\), or be 0 for no decay$",
+    ),
+    (["learner.lora_rank=4", "learner.lora_targets=[]"], r"^learner\.lora_targets must name at least one module when learner\.lora_rank > 0$"),
+    (["learner.lora_dropout=1.0"], r"^learner\.lora_dropout must be in \[0, 1\) \(got 1\.0\)$"),
+    (["learner.betas=[0.9]"], r"^learner\.betas must be two numbers, for example \[0\.9, 0\.98\]$"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", LEARNER_BAD, ids=[" ".join(o) for o, _ in LEARNER_BAD])
+def test_bad_learner_value_names_the_dotted_field(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(overrides=overrides)
+
+
+def test_hand_built_objective_is_checked_too():
+    """msgspec checks `name` only on decoding: check_config names a bad one built in code."""
+    config = Config(learner=LearnerConfig(objective=ObjectiveConfig(name="gspo")))
+    with pytest.raises(ConfigError, match=r"^learner\.objective\.name must be one of decoupled_ppo, tis, icepop \(got 'gspo'\)$"):
+        check_config(config)
+    with pytest.raises(ConfigError, match=r"^learner\.objective\.clip_low must be in \[0, 1\) \(got 1\.5\)$"):
+        check_learner(LearnerConfig(objective=ObjectiveConfig(clip_low=1.5)))
+    check_config(Config())  # the defaults pass
+
+
+OLD_FLAT = {
+    "clip_low": "0.1", "clip_high": "0.3", "behaviour_cap": "4.0", "tis_cap": "3.0", "icepop_low": "0.4",
+    "icepop_high": "4.0", "seq_filter": "true", "seq_low": "0.9", "seq_high": "1.1", "kl_coef": "0.1", "name": "tis",
+}
+
+
+@pytest.mark.parametrize("key", list(OLD_FLAT))
+def test_old_flat_objective_key_hints_the_table(key):
+    value = OLD_FLAT[key]
+    message = (
+        f"unknown config key learner.{key}: the objective's settings are in [learner.objective], "
+        f"e.g. --set learner.objective.{key}={value}"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=[f"learner.{key}={value}"])
+    assert str(info.value) == message
+    assert load_config(overrides=[f"learner.objective.{key}={value}"])  # the hint's own spelling works
+
+
+def test_old_flat_key_hint_comes_before_the_range_check():
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["learner.clip_low=1.5"])
+    assert str(info.value) == (
+        "unknown config key learner.clip_low: the objective's settings are in [learner.objective], "
+        "e.g. --set learner.objective.clip_low=1.5"
+    )
+
+
+def test_old_objective_name_hints_the_name_key(tmp_path):
+    hint = (
+        "config key learner.objective is the table [learner.objective]: the objective is named by "
+        "learner.objective.name, e.g. --set learner.objective.name=tis"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["learner.objective=tis"])
+    assert str(info.value) == hint
+    old = tmp_path / "old.toml"
+    old.write_text('[learner]\nobjective = "tis"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(toml_path=str(old))
+    assert str(info.value) == hint
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("learner.objective.clipp=1", r"^unknown config key learner\.objective\.clipp \(known in \[learner\.objective\]: name, clip_low, .*\)$"),
+        ("run.steps.x=1", r"^config key run\.steps takes a value, not a table of keys: write --set run\.steps=VALUE$"),
+        ("learner.objective.name.x=tis", r"^--set 'learner\.objective\.name\.x=tis': the key must be section\.key or section\.table\.key"),
+        ("learner..clip_low=0.1", r"^--set 'learner\.\.clip_low=0\.1': the key must be section\.key or section\.table\.key"),
+    ],
+)
+def test_nested_keys_are_checked(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(overrides=[override])
+
+
+def test_objective_table_from_toml_set_and_round_trip(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('[learner]\nmini_batches = 2\n\n[learner.objective]\nname = "icepop"\nseq_filter = true\n')
+    config = load_config(toml_path=str(path), overrides=["learner.objective.kl_coef=0.05", "learner.objective.icepop_high=4"])
+    assert config.learner.mini_batches == 2
+    assert config.learner.objective == ObjectiveConfig(name="icepop", seq_filter=True, kl_coef=0.05, icepop_high=4.0)
+    text = dump_config(config)
+    assert "\n[learner.objective]\n" in text and 'name = "icepop"' in text
+    written = tmp_path / "config.toml"
+    written.write_text(text)
+    assert read_config_file(written) == config
+    assert read_config_file(written, ["learner.objective.name=tis"]).learner.objective.name == "tis"
+
+
+def test_objective_config_is_one_frozen_struct():
+    from learner.objectives import ObjectiveConfig as FromLearner
+
+    assert FromLearner is ObjectiveConfig
+    with pytest.raises(AttributeError):
+        ObjectiveConfig().clip_low = 0.5  # frozen
+    with pytest.raises(TypeError):
+        ObjectiveConfig("tis")  # keyword-only
+
+
+def test_engine_config_does_not_import_torch():
+    code = "import sys, engine.config; assert 'torch' not in sys.modules, 'engine.config imported torch'"
+    subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], check=True)

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from engine.contract import env_class_name
 from engine.curriculum import (
     SKILL_DESCRIPTIONS,
     CorpusError,
@@ -9,7 +10,6 @@ from engine.curriculum import (
     PassageSampler,
     SeedsError,
     active_skills,
-    env_class_name,
     load_corpus,
     load_seeds,
     slot_skills,

@@ -4,7 +4,8 @@ from engine.config import CurriculumConfig, RewardConfig
 from engine.curriculum import ActiveEnv
 from engine.feedback import close_window, update_memory
 from engine.messages import PlayResult, Sample
-from storage.records import EnvironmentRecord, MemoryRecord, TrajectoryRecord, pack_floats, pack_ints, pack_mask
+from engine.messages import pack_floats, pack_ints, pack_mask
+from storage.records import EnvironmentRecord, MemoryRecord, TrajectoryRecord
 from storage.store import Store
 
 K = 2

@@ -29,7 +29,7 @@ from engine.messages import (
     WorkerToEngine,
 )
 from engine.transport import MessageSocket, ProtocolError
-from storage.records import pack_floats, pack_ints, pack_mask
+from engine.messages import pack_floats, pack_ints, pack_mask
 
 UNIONS = {
     "WorkerToEngine": WorkerToEngine,

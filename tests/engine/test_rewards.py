@@ -3,14 +3,7 @@ import math
 import pytest
 
 from engine.config import RewardConfig
-from engine.rewards import designer_advantages, designer_reward, designer_scale, episode_return, group_advantages, plateau
-
-
-def test_episode_return_rules():
-    assert episode_return(1.0, True) == 1.0
-    assert episode_return(5.0, True) == 1.0
-    assert episode_return(0.7, False) == 0.0
-    assert episode_return(float("nan"), True) == 0.0
+from engine.rewards import designer_advantages, designer_reward, designer_scale, group_advantages, plateau
 
 
 def test_group_advantages_z_score_and_zero_variance():

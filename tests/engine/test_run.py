@@ -2,16 +2,15 @@ from engine.config import load_config
 from engine.live import LiveView
 from engine.messages import Sample
 from engine.paths import RunPaths
-from engine.run import Engine, drop_stale
+from engine.batches import drop_stale
+from engine.messages import pack_floats, pack_ints, pack_mask
+from engine.run import Engine
 from storage.records import (
     BatchEntry,
     BatchRecord,
     DesignerRewardRecord,
     EnvironmentRecord,
     RunState,
-    pack_floats,
-    pack_ints,
-    pack_mask,
 )
 from storage.store import trajectory_key
 from tests.engine.test_feedback import _design
@@ -38,12 +37,12 @@ def test_restore_keeps_only_the_designer_samples_due_next_and_not_yet_trained(tm
         for env_id, env_step, reward_step in (("e0", 1, 3), ("e1", 2, 3), ("e2", 2, 3), ("e3", 3, 4)):
             batch.put_trajectory(_design(env_id, "A", step=env_step))
             batch.put_designer_reward(_reward(env_id, env_step, reward_step))
-        batch.put_batch(BatchRecord(index=0, step=2, checkpoint=False, entries=[BatchEntry(trajectory_key(2, "d-e2"), 0.1, 0.7)]))
+        batch.put_batch(BatchRecord(version=0, step=2, checkpoint=False, entries=[BatchEntry(trajectory_key(2, "d-e2"), 0.1, 0.7)]))
     state = RunState(steps_done=3, batches=1, active_env_ids=["e1"], refresh_step=2)
     active = engine.restore(state)
     assert [(e.env_id, e.designed_now, e.class_name) for e in active] == [("e1", True, "AEnv")]
-    assert {step: [s.sample_id for s in due] for step, due in engine.designer_due.items()} == {3: ["d-e0", "d-e1"]}
-    assert all((s.reward, s.advantage) == (0.7, 0.1) for s in engine.designer_due[3])
+    assert {step: [s.sample_id for s in due] for step, due in engine.designer_queue.due.items()} == {3: ["d-e0", "d-e1"]}
+    assert all((s.reward, s.advantage) == (0.7, 0.1) for s in engine.designer_queue.due[3])
     engine.store.close()
 
 

@@ -11,7 +11,7 @@ from engine.messages import Sample, TrainBatch
 from engine.paths import RunPaths
 from learner.train import apply_batch, resume
 from learner.trainer import Trainer
-from storage.records import pack_floats, pack_ints, pack_mask
+from engine.messages import pack_floats, pack_ints, pack_mask
 
 # AdamW with a cosine schedule after warm-up, 2 optimizer steps per batch (so pi_prox is recomputed too).
 CONFIG = LearnerConfig(learning_rate=1e-3, lr_schedule="cosine", warmup_steps=1, total_steps=8, mini_batches=2, micro_batch_tokens=32)

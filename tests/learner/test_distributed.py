@@ -19,20 +19,21 @@ import torch
 import trio
 import zmq
 
-from engine.config import Config, LearnerConfig, dump_config
+from engine.config import Config, LearnerConfig, ObjectiveConfig, dump_config
 from engine.messages import LearnerHello, LearnerToEngine, PolicyPublished, Sample, Shutdown, TrainBatch
 from engine.paths import RunPaths
 from engine.transport import open_socket
-from learner.distributed import learner_command, split_by_tokens
+from engine.processes import learner_command
+from learner.distributed import split_by_tokens
 from learner.trainer import Trainer
-from storage.records import pack_floats, pack_ints, pack_mask
+from engine.messages import pack_floats, pack_ints, pack_mask
 
 REPO = Path(__file__).resolve().parents[2]
 # Small micro-batches, so the two ranks run different numbers of them (one pads with an empty pass). AdamW's
 # first step moves every weight by about lr * sign(g), which magnifies float round-off where g is ~0 to ~2% of
 # lr: lr = 1e-5 keeps that below the 1e-6 tolerance while every weight still moves by ~1e-5. The gradient
 # itself is compared through grad_norm (an averaging instead of summing over ranks would halve it).
-CONFIG = LearnerConfig(learning_rate=1e-5, micro_batch_tokens=24, kl_coef=0.05, device="cpu")
+CONFIG = LearnerConfig(learning_rate=1e-5, micro_batch_tokens=24, objective=ObjectiveConfig(kl_coef=0.05), device="cpu")
 
 
 def make_samples(seed: int = 0) -> list[Sample]:
@@ -81,7 +82,7 @@ def test_split_by_tokens_balances_and_is_deterministic():
 
 @pytest.mark.parametrize(
     "config",
-    [CONFIG, msgspec.structs.replace(CONFIG, mini_batches=2, kl_coef=0.0)],
+    [CONFIG, msgspec.structs.replace(CONFIG, mini_batches=2, objective=ObjectiveConfig(kl_coef=0.0))],
     ids=["one-step-with-kl", "two-mini-batches"],
 )
 def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_path, config):

@@ -6,7 +6,7 @@ from actors.inference.base import GenerationRequest
 from actors.inference.hf import TransformersBackend
 from engine.messages import Sample
 from learner.logprobs import token_logprobs
-from storage.records import pack_floats, pack_ints, pack_mask
+from engine.messages import pack_floats, pack_ints, pack_mask
 
 
 def test_backend_logprobs_match_learner_recomputation(tiny_model_path):

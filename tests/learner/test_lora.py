@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.config import LearnerConfig
+from engine.config import LearnerConfig, ObjectiveConfig
 from learner.trainer import Trainer
 from tests.learner.test_checkpoint import _batch, resume_matches_an_uninterrupted_run
 
@@ -41,7 +41,7 @@ def test_lora_update_trains_only_the_adapter_and_publishes_only_it(tiny_model_pa
 
 
 def test_lora_kl_reference_is_the_base_model(tiny_model_path):
-    trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2, lora_rank=4, kl_coef=0.1))
+    trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2, lora_rank=4, objective=ObjectiveConfig(kl_coef=0.1)))
     batch = _batch(1)
     assert trainer.update(batch)["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # B = 0: the policy is the base
     assert trainer.update(batch)["kl_ref"] > 0.0

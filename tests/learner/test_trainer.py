@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from engine.config import LearnerConfig
+from engine.config import ConfigError, LearnerConfig, ObjectiveConfig
 from engine.messages import Sample
 from learner.trainer import Trainer
-from storage.records import pack_floats, pack_ints, pack_mask
+from engine.messages import pack_floats, pack_ints, pack_mask
 
 
 def _sample(role, tokens, advantage, sample_id):
@@ -20,7 +20,7 @@ def _sample(role, tokens, advantage, sample_id):
 
 @pytest.mark.parametrize("objective", ["decoupled_ppo", "tis", "icepop"])
 def test_mixed_roles_update_and_publish(tiny_model_path, tmp_path, objective):
-    trainer = Trainer(tiny_model_path, LearnerConfig(objective=objective, learning_rate=1e-3, micro_batch_tokens=16))
+    trainer = Trainer(tiny_model_path, LearnerConfig(objective=ObjectiveConfig(name=objective), learning_rate=1e-3, micro_batch_tokens=16))
     samples = [
         _sample("agent", [5, 6, 7, 8, 9], 1.0, "a1"),
         _sample("agent", [5, 6, 10, 11], -1.0, "a2"),
@@ -39,7 +39,7 @@ def test_mixed_roles_update_and_publish(tiny_model_path, tmp_path, objective):
 
 
 def test_kl_to_reference_loads_a_frozen_copy(tiny_model_path):
-    trainer = Trainer(tiny_model_path, LearnerConfig(kl_coef=0.1, learning_rate=1e-3))
+    trainer = Trainer(tiny_model_path, LearnerConfig(objective=ObjectiveConfig(kl_coef=0.1), learning_rate=1e-3))
     assert trainer.reference is not None and not any(p.requires_grad for p in trainer.reference.parameters())
     metrics = trainer.update([_sample("agent", [5, 6, 7, 8], 1.0, "a")])
     assert metrics["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # before the step the policy is the reference
@@ -110,10 +110,13 @@ def test_learning_rate_is_logged_per_update(tiny_model_path):
 
 
 def test_bad_learner_config_is_named():
-    with pytest.raises(ValueError, match=r"^learner.mini_batches must be at least 1 \(got 0\)$"):
+    """A hand-built LearnerConfig gets the config's own checks (engine.config.check_learner) before any loading."""
+    with pytest.raises(ConfigError, match=r"^learner.mini_batches must be at least 1 \(got 0\)$"):
         Trainer("unused", LearnerConfig(mini_batches=0))
-    with pytest.raises(ValueError, match=r"^learner.total_steps \(2\) must exceed learner.warmup_steps \(2\), or be 0 for no decay$"):
+    with pytest.raises(ConfigError, match=r"^learner.total_steps \(2\) must exceed learner.warmup_steps \(2\), or be 0 for no decay$"):
         Trainer("unused", LearnerConfig(warmup_steps=2, total_steps=2))
+    with pytest.raises(ConfigError, match=r"^learner.objective.clip_low must be in \[0, 1\) \(got 1.5\)$"):
+        Trainer("unused", LearnerConfig(objective=ObjectiveConfig(clip_low=1.5)))
 
 
 def test_update_logs_what_the_issue_asks_for(tiny_model_path):

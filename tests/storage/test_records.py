@@ -2,7 +2,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from engine.messages import Sample, TurnRecord
+from engine.messages import Sample, TurnRecord, check_sample, pack_floats, pack_ints, pack_mask, unpack_floats, unpack_ints, unpack_mask
 from storage.records import (
     SCHEMA_VERSION,
     BatchEntry,
@@ -12,13 +12,6 @@ from storage.records import (
     MemoryRecord,
     RunState,
     TrajectoryRecord,
-    check_sample,
-    pack_floats,
-    pack_ints,
-    pack_mask,
-    unpack_floats,
-    unpack_ints,
-    unpack_mask,
 )
 
 
@@ -139,7 +132,7 @@ def test_record_structs_round_trip_with_the_schema_version():
             env_id="e", skill="logic", designer_sample_id="d", env_step=2, reward_step=4, variant="regret", regret=0.25,
             win_rate=0.5, raw_reward=0.25, advantage=0.1, hint_return=1.0, no_hint_return=0.75,
         ),
-        BatchRecord(index=3, step=2, checkpoint=True, entries=[BatchEntry("2/s7", 0.5, 1.0)]),
+        BatchRecord(version=3, step=2, checkpoint=True, entries=[BatchEntry("2/s7", 0.5, 1.0)]),
         RunState(steps_done=2, batches=3, policy_version=3, active_env_ids=["e"], refresh_step=2, isolation="bwrap", finished=True),
     ]
     for record in records:

@@ -2,7 +2,8 @@ import pytest
 
 from engine.messages import Sample
 from storage.memory import evicted, negative_lines, positive_examples
-from storage.records import MemoryRecord, RunState, StoredRecordError, TrajectoryRecord, pack_floats, pack_ints, pack_mask
+from engine.messages import pack_floats, pack_ints, pack_mask
+from storage.records import MemoryRecord, RunState, StoredRecordError, TrajectoryRecord
 from storage.store import Store
 
 
@@ -78,7 +79,7 @@ def test_memory_examples_follow_the_reference():
 def test_check_sample_names_the_misaligned_array():
     import msgspec
 
-    from storage.records import check_sample
+    from engine.messages import check_sample
 
     check_sample(_sample())
     broken = msgspec.structs.replace(_sample(), logprobs=pack_floats([0.0]))

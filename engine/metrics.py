@@ -1,0 +1,110 @@
+"""What a step did, as one row of `metrics.jsonl` once its update lands, and the live view's line for it.
+
+    row = step_metrics(StepOutcome(...), k=..., env_slots=..., isolation=...)   # plays, wins, samples, tokens
+    log = MetricsLog(paths.metrics)
+    log.write(row, learner_metrics, policy_version)                             # when PolicyPublished arrives
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import msgspec
+
+from engine.messages import PlayResult, TaskFailed
+from engine.rewards import learnable, mean, returns_by_group, win_rate
+
+
+class StepOutcome(msgspec.Struct, kw_only=True):
+    step: int
+    plays: list[PlayResult]
+    results: list  # every play task's result, failed tasks included
+    agent_samples: int
+    designer_samples: int
+    zero_variance_groups: int
+    dropped_stale: int
+    envs_requested: int  # design attempts at this step's refresh (0 between refreshes)
+    envs_valid: int
+    tokens: int
+    seconds: float
+
+
+def step_metrics(o: StepOutcome, *, k: int, env_slots: int, isolation: str) -> dict:
+    groups = returns_by_group(o.plays)
+    by_arm: dict[str, list[float]] = defaultdict(list)
+    for (_, arm), returns in groups.items():
+        by_arm[arm] += returns
+    env_win = [win_rate(returns) for (_, arm), returns in groups.items() if arm == "no_hint"]
+    parse_rules: dict[str, int] = defaultdict(int)
+    for r in o.plays:
+        for t in r.turns:
+            parse_rules[t.parse_rule] += 1
+    return {
+        "step": o.step,
+        "refresh": o.step % k == 0,
+        "env_slots": env_slots,
+        "envs_requested": o.envs_requested,
+        "envs_valid": o.envs_valid,
+        "active_envs": len(env_win),
+        "plays": len(o.plays),
+        "plays_failed": sum(1 for r in o.plays if r.status == "failed") + sum(1 for r in o.results if isinstance(r, TaskFailed)),
+        "win_rate_no_hint": win_rate(by_arm["no_hint"]),
+        "win_rate_hint": win_rate(by_arm["hint"]),
+        "mean_return_no_hint": mean(by_arm["no_hint"]),
+        "mean_return_hint": mean(by_arm["hint"]),
+        "mean_regret": mean(by_arm["hint"]) - mean(by_arm["no_hint"]),
+        "learnable_share": mean([1.0 if learnable(w) else 0.0 for w in env_win]),
+        "agent_samples": o.agent_samples,
+        "designer_samples": o.designer_samples,
+        "zero_variance_groups": o.zero_variance_groups,
+        "dropped_stale": o.dropped_stale,
+        "tokens_generated": o.tokens,
+        "tokens_per_s": o.tokens / o.seconds if o.seconds > 0 else 0.0,
+        "step_seconds": o.seconds,
+        "parse_rules": dict(parse_rules),
+        "sandbox": isolation,
+    }
+
+
+class MetricsLog:
+    """`metrics.jsonl`: one row per policy version, the step's metrics with the learner's. A version written
+    again (a batch resent to a learner whose checkpoint was behind) replaces its row instead of adding one."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._versions = {row.get("policy_version") for row in self._rows()}
+
+    def _rows(self) -> list[dict]:
+        if not self.path.is_file():
+            return []
+        rows = []
+        for line in self.path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+        return rows
+
+    def write(self, step: int, stats: dict | None, learner: dict, policy_version: int) -> dict:
+        row = {
+            **(stats or {"step": step}),
+            "policy_version": policy_version,
+            "learner_loss": learner.get("loss", 0.0),
+            "staleness": learner.get("staleness", 0.0),
+            "learner": learner,
+            "time": time.time(),
+        }
+        if policy_version in self._versions:
+            rows = [r for r in self._rows() if r.get("policy_version") != policy_version] + [row]
+            rows.sort(key=lambda r: r.get("policy_version", 0))
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            tmp.replace(self.path)
+        else:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            self._versions.add(policy_version)
+        return row

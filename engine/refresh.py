@@ -1,0 +1,151 @@
+"""The refresh: new environments for the next k steps, designed by the workers and stored with their verdicts.
+
+    designs = Designs(config, store, sampler, rng)
+    designs.seed_memory(seeds)                           # once: the seed environments, valid, in store and memory
+    result = await designs.refresh(step, run_tasks)      # RefreshResult: the active environments and counts
+
+Every slot gets a design task grounded on a fresh passage and on memory examples of its skill; failed slots are
+retried with new passages (`curriculum.design_attempts`); every attempt is stored, valid or rejected, with the
+validator's checks, and the designer's trajectory beside it. A slot left empty plays an earlier valid environment
+of its skill (`curriculum.reuse_valid_envs`, or always without a designer).
+
+One id names three things of a design: the design task's `task_id` is the environment's `env_id` and the
+designer sample's `sample_id` (actors/designer.py), so the sample that wrote an environment is found from it.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+import msgspec
+
+from engine.config import Config
+from engine.contract import env_class_name
+from engine.curriculum import ActiveEnv, PassageSampler, SeedEnvironment, active_skills, skill_description, slot_skills, truncate_words
+from engine.messages import DesignResult, DesignTask, TaskFailed
+from storage.memory import negative_lines, positive_examples
+from storage.records import EnvironmentRecord, MemoryRecord, TrajectoryRecord
+from storage.store import Store
+
+RunTasks = Callable[[str, list], Awaitable[list]]
+
+
+def design_id(step: int, slot: int, attempt: int) -> str:
+    """The id of a design: its task id, its environment id and its designer sample id."""
+    return f"s{step:04d}-e{slot:02d}-a{attempt}"
+
+
+class RefreshResult(msgspec.Struct, kw_only=True):
+    active: list[ActiveEnv]
+    requested: int  # design tasks sent (all attempts)
+    valid: int  # slots filled by a valid design made now
+    tokens: int  # tokens the designs generated
+
+
+def design_record(task: DesignTask, result: DesignResult | TaskFailed) -> EnvironmentRecord:
+    """The stored environment of one design attempt; a failed task is a rejected design with the worker's reason."""
+    common = dict(
+        env_id=task.task_id, skill=task.skill, step_created=task.step, source="designed", passage_id=task.passage_id,
+        attempt=task.attempt, worker_id=result.worker_id, created_at=time.time(),
+    )
+    if isinstance(result, DesignResult):
+        return EnvironmentRecord(
+            **common, code=result.code, reply=result.reply, hint=result.hint, valid=result.valid, reason=result.reason,
+            checks=result.checks, designer_sample_id=result.designer.sample_id,
+        )
+    return EnvironmentRecord(
+        **common, code="", reply="", hint="", valid=False, reason=f"worker error: {result.reason}", checks=[],
+        designer_sample_id="",
+    )
+
+
+def designer_trajectory(task: DesignTask, result: DesignResult) -> TrajectoryRecord:
+    return TrajectoryRecord(
+        sample_id=result.designer.sample_id, role="designer", env_id=task.task_id, skill=task.skill, arm="design",
+        step=task.step, seed=0, status="designed" if result.valid else "rejected", failure=result.reason,
+        episode_return=0.0, turns=[], sample=result.designer, created_at=time.time(),
+    )
+
+
+class Designs:
+    def __init__(self, config: Config, store: Store, sampler: PassageSampler, rng: random.Random):
+        self.config = config
+        self.store = store
+        self.sampler = sampler
+        self.rng = rng
+
+    def seed_memory(self, seeds: list[SeedEnvironment]) -> None:
+        """Store the seed environments as valid and remember them (once; a resumed run finds them there)."""
+        existing = {r.env_id for r in self.store.memory()}
+        with self.store.batch() as batch:
+            for seed in seeds:
+                env_id = f"seed-{seed.name}"
+                if self.store.environment(env_id) is None:
+                    batch.put_environment(
+                        EnvironmentRecord(
+                            env_id=env_id, skill=seed.skill, step_created=-1, source="seed", passage_id="", attempt=0,
+                            code=seed.code, reply="", hint=seed.hint, valid=True, reason="", checks=[],
+                            designer_sample_id="", worker_id="", created_at=time.time(),
+                        )
+                    )
+                if env_id not in existing:
+                    batch.put_memory(
+                        MemoryRecord(
+                            env_id=env_id, skill=seed.skill, name=env_class_name(seed.code), code=seed.code,
+                            win_rate=0.5, regret=0.0, step=-1, source="seed",
+                        )
+                    )
+
+    def task(self, step: int, slot: int, skill: str, attempt: int, memory: list[MemoryRecord]) -> DesignTask:
+        c = self.config.curriculum
+        passage = self.sampler.sample()
+        return DesignTask(
+            task_id=design_id(step, slot, attempt),
+            skill=skill,
+            skill_description=skill_description(skill),
+            passage_id=passage.passage_id,
+            passage=truncate_words(passage.text, c.max_passage_words),
+            examples=positive_examples(memory, skill, c.memory_positives, self.rng, c.example_code_chars),
+            negatives=negative_lines(memory, skill, c.memory_negatives, self.rng),
+            attempt=attempt,
+            step=step,
+        )
+
+    def reuse(self, skill: str, taken: set[str]) -> ActiveEnv | None:
+        """An earlier valid environment of this skill not already active (newest designed first, then seeds)."""
+        valid = [e for e in self.store.environments() if e.valid and e.env_id not in taken]
+        candidates = [e for e in valid if e.skill == skill] or [e for e in valid if e.source == "seed"]
+        if not candidates:
+            return None
+        return ActiveEnv.of(max(candidates, key=lambda e: (e.source == "designed", e.step_created, e.env_id)), designed_now=False)
+
+    async def refresh(self, step: int, run_tasks: RunTasks) -> RefreshResult:
+        c = self.config.curriculum
+        k = c.refresh_interval
+        skills = slot_skills(active_skills(c.skills, c.skills_per_refresh, step // k), c.envs_per_step)
+        memory = list(self.store.memory())
+        chosen: list[ActiveEnv | None] = [None] * len(skills)
+        requested = tokens = 0
+        for attempt in range(1, c.design_attempts + 1 if c.design else 1):
+            open_slots = [i for i, env in enumerate(chosen) if env is None]
+            if not open_slots:
+                break
+            tasks = [self.task(step, i, skills[i], attempt, memory) for i in open_slots]
+            requested += len(tasks)
+            results = await run_tasks(f"step {step + 1}: designs (attempt {attempt})", tasks)
+            with self.store.batch() as batch:
+                for slot, task, result in zip(open_slots, tasks, results):
+                    record = design_record(task, result)
+                    batch.put_environment(record)
+                    if isinstance(result, DesignResult):
+                        tokens += result.tokens_generated
+                        batch.put_trajectory(designer_trajectory(task, result))
+                    if record.valid:
+                        chosen[slot] = ActiveEnv.of(record, designed_now=True)
+        valid = sum(1 for env in chosen if env is not None)
+        for i, env in enumerate(chosen):
+            if env is None and (c.reuse_valid_envs or not c.design):
+                chosen[i] = self.reuse(skills[i], {e.env_id for e in chosen if e is not None})
+        return RefreshResult(active=[env for env in chosen if env is not None], requested=requested, valid=valid, tokens=tokens)
