@@ -22,7 +22,7 @@ import trio
 import zmq
 
 from engine.config import read_config_file
-from engine.errors import leaf_exceptions
+from engine.errors import RunFailed, leaf_exceptions
 from engine.lifeline import cancel_on_sigterm, cancel_when_engine_gone, engine_pid
 from engine.messages import (
     DesignTask,
@@ -40,7 +40,7 @@ from engine.paths import RunPaths
 from engine.transport import ProtocolError, open_socket
 
 
-class NoEngine(RuntimeError):
+class NoEngine(RunFailed):
     """Nobody answered the worker's hello."""
 
 

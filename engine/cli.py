@@ -8,22 +8,34 @@
     bin/spade-engine replay RUN_DIR [--step N] [--role agent|designer] [--env ID] [--limit N]
     bin/spade-engine report RUN_DIR                plots and tables of a run in RUN_DIR/report.html
 
-Imports stay light until a subcommand needs more, so `--help` answers at once. A user mistake prints one line
-`error: ...` and exits 2; Ctrl-C stops every process of the run and exits 130.
+Imports stay light until a subcommand needs more, so `--help` answers at once. Everything a user can cause is a
+`SpadeError` (engine/errors.py), caught here alone: one line `error: ...`, exit 2 for bad input (config, path,
+store, model), 1 for a run that failed; Ctrl-C stops every process of the run and exits 130. Any other exception
+is a bug of ours: its traceback is printed with a line asking for a report. Paths are taken relative to the
+directory the command was started in, and checked before anything is written.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
+import os
 import sys
+import traceback
 from pathlib import Path
 
-from engine.errors import UsageError, leaf_exceptions
+from engine.errors import InputError, SpadeError, UsageError, leaf_exceptions
+from engine.paths import (
+    BadPath,
+    RunPaths,
+    check_text_file,
+    check_writable_dir,
+    user_path,
+)
 
 EXIT_USAGE = 2
+BUG = "error: this is a bug in spade-engine, not something you did: please report it with the traceback above"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--env", default=None)
     replay.add_argument("--limit", type=int, default=20)
     replay.add_argument("--tokens", action="store_true", help="also decode the token ids (needs the run's model)")
+    report.add_argument("--out", help="write the report here instead of RUN_DIR/report.html (for a read-only run)")
     return parser
 
 
@@ -85,22 +98,30 @@ def _overrides(args) -> list[str]:
     return extra
 
 
+def _resolve_paths(config) -> None:
+    """The config's paths, relative to where the command was started (the processes of the run start elsewhere)."""
+    for section, key in (("model", "path"), ("curriculum", "corpus"), ("curriculum", "seeds"), ("inference", "script"), ("run", "run_dir")):
+        part = getattr(config, section)
+        if getattr(part, key):
+            setattr(part, key, str(user_path(getattr(part, key))))
+
+
 def cmd_up(args) -> int:
-    from engine.config import ConfigError, dump_config, load_config
-    from engine.curriculum import CorpusError, load_corpus
+    from engine.config import dump_config, load_config
+    from engine.curriculum import load_corpus
     from engine.models import ModelError, check_model_folder, ensure_default_model
-    from engine.paths import RunPaths
 
     if args.resume:
         return _resume(args)
-    try:
-        config = load_config(args.preset, args.config, _overrides(args))
-        load_corpus(config.curriculum.corpus or None)
-        model_path = check_model_folder(config.model.path) if config.model.path else None
-    except (ConfigError, CorpusError, ModelError) as exc:
-        raise UsageError(str(exc)) from None
+    if args.config:
+        check_text_file(user_path(args.config), "config file")
+    config = load_config(args.preset, str(user_path(args.config)) if args.config else None, _overrides(args))
+    _resolve_paths(config)
+    load_corpus(config.curriculum.corpus or None)
+    model_path = check_model_folder(config.model.path) if config.model.path else None
     seeds = _seeds(config)
-    run_dir = Path(config.run.run_dir or f"runs/{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    run_dir = Path(config.run.run_dir or user_path(f"runs/{datetime.datetime.now():%Y%m%d-%H%M%S}"))
+    check_writable_dir(run_dir, "run directory")
     paths = RunPaths(run_dir)
     if paths.config.exists():
         raise UsageError(f"run directory {run_dir} already holds a run (continue it with --resume {run_dir}, or choose another --run-dir)")
@@ -110,7 +131,7 @@ def cmd_up(args) -> int:
         except ModelError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-    with _engine_lock(paths):
+    with paths.engine_lock():
         paths.config.write_text(dump_config(config))
         paths.update_meta(model_path=str(model_path), started=datetime.datetime.now().isoformat(), argv=sys.argv[1:])
         print(f"run directory: {paths.root}")
@@ -119,59 +140,66 @@ def cmd_up(args) -> int:
 
 
 def _seeds(config):
-    from engine.curriculum import SEEDS_DIR, SeedsError, load_seeds
+    from engine.curriculum import SEEDS_DIR, load_seeds
 
+    return load_seeds(Path(config.curriculum.seeds) if config.curriculum.seeds else SEEDS_DIR)
+
+
+def _run_dir(text: str) -> RunPaths:
+    paths = RunPaths(user_path(text))
+    if not paths.root.is_dir():
+        raise BadPath(f"run directory {paths.root} does not exist")
+    if not paths.config.is_file():
+        raise BadPath(f"{paths.root} is not a run directory (no config.toml)")
+    return paths
+
+
+def _check_resumable(paths: RunPaths) -> None:
+    """A store to resume from: present, not empty, and not older than the learner's checkpoint (which would
+    silently start the curriculum again on top of trained weights)."""
+    from storage.store import Store
+
+    if not (paths.store / "data.mdb").is_file():
+        raise InputError(f"{paths.root} has no store ({paths.store / 'data.mdb'} is missing): it cannot be resumed; start a new run")
+    store = Store.open(paths.store, readonly=True)
     try:
-        return load_seeds(Path(config.curriculum.seeds) if config.curriculum.seeds else SEEDS_DIR)
-    except SeedsError as exc:
-        raise UsageError(str(exc)) from None
+        state = store.state()
+    finally:
+        store.close()
+    checkpoint = paths.checkpoint_version()
+    if checkpoint is not None and state.batches < checkpoint:
+        raise InputError(
+            f"the store in {paths.store} records {state.batches} training batches but the learner's checkpoint is at "
+            f"policy v{checkpoint}: the store is older than the checkpoint (restored from a backup?); restore the "
+            "matching store, or start a new run"
+        )
 
 
 def _resume(args) -> int:
-    from engine.config import ConfigError, dump_config, read_config_file
-    from engine.paths import RunPaths
+    from engine.config import dump_config, read_config_file
 
-    paths = RunPaths(args.resume)
-    if not paths.config.is_file() or not (paths.store / "data.mdb").is_file():
-        raise UsageError(f"{args.resume} is not a run directory to resume (no config.toml or store/)")
     if args.config or args.model or args.corpus or args.run_dir or args.preset != "default":
         raise UsageError("--resume keeps the run's own config: only --steps and --set may change it")
-    try:
-        extra = list(args.set) + ([f"run.steps={args.steps}"] if args.steps is not None else [])
-        config = read_config_file(paths.config, extra)
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+    paths = _run_dir(args.resume)
+    extra = list(args.set) + ([f"run.steps={args.steps}"] if args.steps is not None else [])
+    config = read_config_file(paths.config, extra)
     seeds = _seeds(config)
-    with _engine_lock(paths):
+    check_writable_dir(paths.root, "run directory")
+    _check_resumable(paths)
+    with paths.engine_lock():
         paths.config.write_text(dump_config(config))
         print(f"resuming run directory: {paths.root}")
         return _run_engine(config, paths, seeds, live=not args.no_live)
 
 
-@contextlib.contextmanager
-def _engine_lock(paths):
-    """The run directory's engine lock, for writing its config and running the engine; refused (exit 2) while
-    another engine runs there."""
-    from engine.paths import RunInUse
-
-    try:
-        with paths.engine_lock():
-            yield
-    except RunInUse as exc:
-        raise UsageError(str(exc)) from None
-
-
 def _run_engine(config, paths, seeds, *, live: bool) -> int:
-    """Run the engine to the end; the caller holds `_engine_lock(paths)`."""
+    """Run the engine to the end; the caller holds the run directory's engine lock."""
     import trio
 
     from engine.live import LiveView
-    from engine.processes import ChildFailed
-    from engine.run import Engine, EngineError
+    from engine.run import Engine
     from engine.summary import print_summary
     from engine.transport import PeerGone
-    from storage.records import StoredRecordError
-    from storage.store import StoreFullError
 
     view = LiveView(config.run.steps, enabled=None if live else False)
     engine = Engine(config, paths, seeds, view=view)
@@ -184,11 +212,11 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
         if any(isinstance(e, KeyboardInterrupt) for e in leaves):
             print("\ninterrupted: stopping the learner and workers; everything committed stays in the store", file=sys.stderr)
             code = 130
-        elif all(isinstance(e, (EngineError, ChildFailed, StoreFullError, StoredRecordError, PeerGone)) for e in leaves):
+        elif all(isinstance(e, SpadeError) for e in leaves):
             causes = [e for e in leaves if not isinstance(e, PeerGone)] or leaves  # a peer gone follows its failure
             for e in causes:
                 print(f"error: {e}", file=sys.stderr)
-            code = 1
+            code = max(e.exit_code for e in causes)
         else:
             raise
     finally:
@@ -198,36 +226,41 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
     return code
 
 
+def _environment_file(text: str) -> str:
+    path = user_path(text)
+    check_text_file(path, "environment file")
+    return str(path)
+
+
 def cmd_validate(args) -> int:
     from actors.sandbox.cli import validate_main
 
-    if not Path(args.file).is_file():
-        raise UsageError(f"environment file {args.file} does not exist")
-    return validate_main(args.file, args.json)
+    return validate_main(_environment_file(args.file), args.json)
 
 
 def cmd_play(args) -> int:
     from actors.sandbox.cli import play_main
 
-    if not Path(args.file).is_file():
-        raise UsageError(f"environment file {args.file} does not exist")
-    return play_main(args.file, args.seed, args.hint, args.actions)
+    return play_main(_environment_file(args.file), args.seed, args.hint, args.actions)
 
 
 def cmd_report(args) -> int:
-    from engine.paths import RunPaths
     from engine.report import write_report
 
-    paths = RunPaths(args.run_dir)
-    if not paths.config.is_file():
-        raise UsageError(f"{args.run_dir} is not a run directory (no config.toml)")
-    print(f"wrote {write_report(paths)}")
+    paths = _run_dir(args.run_dir)
+    out = user_path(args.out) if args.out else paths.report
+    check_writable_dir(out.parent, "report folder")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise BadPath(f"{out} cannot be written (read-only): write the report elsewhere with --out FILE")
+    print(f"wrote {write_report(paths, out)}")
     return 0
 
 
 def cmd_replay(args) -> int:
     from engine.replay import replay_main
 
+    _run_dir(args.run_dir)
+    args.run_dir = str(user_path(args.run_dir))
     return replay_main(args)
 
 
@@ -236,11 +269,11 @@ COMMANDS = {"up": cmd_up, "validate": cmd_validate, "play": cmd_play, "replay": 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["worker"]:
-        from actors.worker import main as worker_main
-
-        return worker_main(argv[1:], prog="spade-engine worker")
     try:
+        if argv[:1] == ["worker"]:
+            from actors.worker import main as worker_main
+
+            return worker_main(argv[1:], prog="spade-engine worker")
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
         if extra and args.command == "play" and not any(x.startswith("--") for x in extra):
@@ -248,12 +281,16 @@ def main(argv: list[str] | None = None) -> int:
         elif extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return COMMANDS[args.command](args)
-    except UsageError as exc:
+    except SpadeError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exc.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except Exception:
+        traceback.print_exc()
+        print(BUG, file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

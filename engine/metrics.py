@@ -104,7 +104,9 @@ class MetricsLog:
             tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
             tmp.replace(self.path)
         else:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            with open(self.path, "a+b") as f:
+                if f.tell() and (f.seek(-1, 2), f.read(1))[1] != b"\n":
+                    f.write(b"\n")  # end the line a crash cut, so this row starts on a line of its own
+                f.write((json.dumps(row) + "\n").encode())
             self._versions.add(policy_version)
         return row

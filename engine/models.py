@@ -14,10 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from engine.errors import InputError
+
 REPO = Path(__file__).resolve().parent.parent
 
 
-class ModelError(ValueError):
+class ModelError(InputError, ValueError):
     pass
 
 

@@ -14,12 +14,58 @@ import fcntl
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from engine.errors import InputError
 
-class RunInUse(RuntimeError):
+
+class RunInUse(InputError):
     """Another engine holds the run directory."""
+
+
+class BadPath(InputError):
+    """A path given by the user cannot be used: missing, not a text file, not writable."""
+
+
+def user_path(text: str | Path) -> Path:
+    """A path the user typed, resolved against the working directory the command was started in."""
+    return Path(text).expanduser().resolve()
+
+
+def check_text_file(path: Path, what: str) -> str:
+    """The UTF-8 text of `path`, or BadPath naming what is wrong with it."""
+    if not path.exists():
+        raise BadPath(f"{what} {path} does not exist")
+    if not path.is_file():
+        raise BadPath(f"{what} {path} is not a file")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except PermissionError:
+        raise BadPath(f"{what} {path} cannot be read (permission denied)") from None
+    except UnicodeDecodeError:
+        raise BadPath(f"{what} {path} is not a UTF-8 text file (is it a binary file?)") from None
+    if not text.strip():
+        raise BadPath(f"{what} {path} is empty")
+    return text
+
+
+def check_writable_dir(path: Path, what: str) -> None:
+    """`path` is a directory we may create or write into (checked before anything is written)."""
+    if path.exists() and not path.is_dir():
+        raise BadPath(f"{what} {path} is a file, not a directory: choose another")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BadPath(f"{what} {path} cannot be made: {existing} is a file")
+    try:  # the real test (root passes every access() check, but not a read-only mount); leaves nothing behind
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=".spade-write-check-")
+    except OSError as exc:
+        raise BadPath(f"{what} {path} cannot be written ({existing}: {exc.strerror or exc}): choose another") from None
+    os.close(handle)
+    os.unlink(probe)
 
 
 class RunPaths:
@@ -86,3 +132,12 @@ class RunPaths:
 
     def read_model_path(self) -> str:
         return self.read_meta()["model_path"]
+
+    def checkpoint_version(self) -> int | None:
+        """The policy version of the learner's newest checkpoint (learner/checkpoint.py writes checkpoint.json
+        beside the weights), or None without one."""
+        summary = self.checkpoints / "latest" / "checkpoint.json"
+        try:
+            return int(json.loads(summary.read_text())["version"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None

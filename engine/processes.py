@@ -2,7 +2,7 @@
 
 Children run in their own sessions (so a terminal's Ctrl-C reaches the engine alone, which then stops them in
 order), log to `run_dir/logs/NAME.log`, and are stopped with SIGTERM, then SIGKILL after a grace period.
-A worker that dies is restarted (up to `max_restarts`); a learner that dies ends the run with its log's tail.
+A worker that dies is restarted (up to `max_restarts` times in any 10 minutes); a learner that dies ends the run with its log's tail.
 Children watch the engine's pid and stop when it is gone (engine/lifeline.py).
 """
 
@@ -17,13 +17,14 @@ from pathlib import Path
 
 import trio
 
+from engine.errors import RunFailed
 from engine.lifeline import ENGINE_PID_ENV
 from engine.paths import RunPaths
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-class ChildFailed(RuntimeError):
+class ChildFailed(RunFailed):
     """A child process the run cannot do without exited."""
 
 
@@ -83,16 +84,33 @@ def worker_child(paths: RunPaths, worker_id: str) -> Child:
     return Child(f"worker-{worker_id}", argv, paths)
 
 
-async def supervise(child: Child, *, restartable: bool, max_restarts: int, on_exit: Callable[[Child, int], None], stopping: Callable[[], bool]) -> None:
-    """Poll the child; restart a dead worker, raise ChildFailed for anything else the run needs."""
+RESTART_WINDOW_S = 600.0
+
+
+async def supervise(
+    child: Child,
+    *,
+    restartable: bool,
+    max_restarts: int,
+    on_exit: Callable[[Child, int], None],
+    stopping: Callable[[], bool],
+    window_s: float = RESTART_WINDOW_S,
+) -> None:
+    """Poll the child; restart a dead worker (at most `max_restarts` times in any `window_s` seconds, so a
+    worker that crashes now and then over a long run keeps being restarted), raise ChildFailed for anything
+    else the run needs."""
     child.start()
+    restarts: list[float] = []
     while True:
         await trio.sleep(0.5)
         code = child.proc.poll()
         if code is None or stopping():
             continue
         on_exit(child, code)
-        if restartable and child.restarts < max_restarts:
+        now = trio.current_time()
+        restarts = [t for t in restarts if now - t < window_s]
+        if restartable and len(restarts) < max_restarts:
+            restarts.append(now)
             child.restarts += 1
             child.start()
             continue

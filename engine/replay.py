@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.errors import UsageError
+from engine.errors import InputError, UsageError
 from engine.paths import RunPaths
 
 
@@ -49,5 +49,21 @@ def replay_main(args) -> int:
     finally:
         store.close()
     if shown == 0:
-        print("no trajectories match")
+        raise InputError(f"no trajectories match {_filters(args)} in {paths.store}{_steps_note(paths)}")
     return 0
+
+
+def _filters(args) -> str:
+    given = [f"--step {args.step}" if args.step is not None else "", f"--role {args.role}" if args.role else "", f"--env {args.env}" if args.env else ""]
+    return " ".join(g for g in given if g) or "(no filter)"
+
+
+def _steps_note(paths: RunPaths) -> str:
+    from storage.store import Store
+
+    store = Store.open(paths.store, readonly=True)
+    try:
+        done = store.state().steps_done
+    finally:
+        store.close()
+    return f" (it holds steps 0 to {done - 1})" if done else " (it holds no step yet)"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 from collections import Counter
+from pathlib import Path
 
 from engine.paths import RunPaths
 
@@ -59,7 +60,8 @@ def _table(headers: list[str], rows: list[list]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def write_report(paths: RunPaths) -> str:
+def write_report(paths: RunPaths, out: Path | None = None) -> str:
+    """Write the report to `out` (default RUN_DIR/report.html) and return its path."""
     from storage.store import Store
 
     metrics = [json.loads(x) for x in paths.metrics.read_text().splitlines() if x.strip()] if paths.metrics.exists() else []
@@ -96,5 +98,6 @@ def write_report(paths: RunPaths) -> str:
         "figure{margin:0} figcaption{font-size:13px;text-align:center}"
     )
     page = f"<!doctype html><html><head><meta charset='utf-8'><title>spade-engine run</title><style>{style}</style></head><body>{''.join(sections)}</body></html>"
-    paths.report.write_text(page)
-    return str(paths.report)
+    out = out or paths.report
+    out.write_text(page)
+    return str(out)

@@ -50,4 +50,7 @@ def print_summary(paths: RunPaths) -> None:
     if "environments" in s:
         from engine.report import write_report
 
-        print(f"  report: {write_report(paths)}")
+        try:
+            print(f"  report: {write_report(paths)}")
+        except OSError as exc:  # a full disk or a read-only folder: the run itself is fine
+            print(f"  report: not written ({exc.strerror or exc}); write it later with `bin/spade-engine report {paths.root} --out FILE`")

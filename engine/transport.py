@@ -22,6 +22,8 @@ import msgspec
 import trio
 import zmq
 
+from engine.errors import RunFailed
+
 HIGH_WATER_MARK = 1000
 POLL_INTERVAL_S = 0.01
 
@@ -30,7 +32,7 @@ class ProtocolError(Exception):
     """A peer sent bytes that are not a message of this socket's protocol."""
 
 
-class PeerGone(Exception):
+class PeerGone(RunFailed):
     """A ROUTER tried to send to a peer identity that is no longer connected."""
 
 

@@ -5,6 +5,7 @@
 
 Layout of `folder` (written into `.tmp-<name>` and renamed, so a folder that exists is complete):
     model.safetensors, config.json, tokenizer files   from_pretrained(folder) loads the policy as it was
+    checkpoint.json     the step and policy version, for the engine (which loads no torch)
     trainer_state.pt    optimizer (full, keyed by parameter name), LR scheduler, step, updates, policy version,
                         optimizer steps, and the python / numpy / torch (and cuda) RNG states of every rank
 
@@ -20,6 +21,7 @@ matches, else every rank takes rank 0's. `torch.load(..., weights_only=True)` re
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from learner.trainer import Trainer
 
 STATE_FILE = "trainer_state.pt"
+SUMMARY_FILE = "checkpoint.json"  # engine/paths.py reads it: keep the two names in step
 ADAPTER_DIR = "adapter"  # inside a LoRA checkpoint
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 FORMAT = 1
@@ -101,6 +104,8 @@ def save_checkpoint(trainer: Trainer, folder: Path, step: int) -> Path:
             "rng": rng,
         }
         torch.save(state, tmp / STATE_FILE)
+        # What the engine reads without torch (`up --resume` refuses a store older than the checkpoint).
+        (tmp / SUMMARY_FILE).write_text(json.dumps({"step": step, "version": trainer.version, "lora": trainer.lora}))
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
     trainer.dist.barrier()  # no rank goes on (and maybe reads it) before the folder is complete

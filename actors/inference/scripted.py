@@ -15,11 +15,12 @@ import torch
 
 from actors.inference.base import Generation, GenerationRequest
 from actors.inference.hf import TransformersBackend
+from engine.errors import InputError
 
 ROLES = ("designer", "hint", "agent")
 
 
-class ScriptError(ValueError):
+class ScriptError(InputError, ValueError):
     pass
 
 

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
+SECCOMP_SCRIPT = Path(__file__).with_name("seccomp.py")
+SECCOMP_IMPORT = "from actors.sandbox.seccomp import install_seccomp"
 TMPFS_BYTES = 64 * 1024 * 1024
 
 # Modules an environment may import (the designer is told this list); `__future__` is a compiler directive.
@@ -73,7 +75,13 @@ def find_interpreter() -> str:
 
 @functools.cache
 def worker_source() -> str:
-    return WORKER_SCRIPT.read_text()
+    """worker.py's text with seccomp.py's in place of its import line: one `-c` text, no file to bind or import."""
+    lines = WORKER_SCRIPT.read_text().splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if line.startswith(SECCOMP_IMPORT)]
+    if len(at) != 1:
+        raise RuntimeError(f"{WORKER_SCRIPT} must have exactly one line starting {SECCOMP_IMPORT!r}")
+    lines[at[0]] = SECCOMP_SCRIPT.read_text()
+    return "".join(lines)
 
 
 @functools.cache

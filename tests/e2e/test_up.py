@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage.records import unpack_ints, unpack_mask
+from engine.messages import unpack_ints, unpack_mask
 from storage.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,6 +54,90 @@ def _up_command(tiny_model_path: str, run_dir: Path, script: Path, steps: int, e
 
 def _env():
     return dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
+
+
+def _stats() -> dict[int, tuple[str, int, str]]:
+    """Every process now: pid -> (state, parent pid, start time), from /proc."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # gone meanwhile
+            found[int(name)] = (fields[0], int(fields[1]), fields[19])
+    return found
+
+
+class Processes:
+    """The processes a test starts, and their descendants: known by pid and start time (a reused pid is never
+    taken for one of them), found through /proc's parent links, never by a name; `end_all` ends only those."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen] = []
+        self.known: dict[int, str] = {}
+
+    def popen(self, argv: list[str], **kwargs) -> subprocess.Popen:
+        """Popen in the repository, in a process group of its own (so `end` can kill the group)."""
+        proc = subprocess.Popen(argv, cwd=REPO, env=_env(), start_new_session=True, **kwargs)
+        self.started.append(proc)
+        return proc
+
+    def run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+        """subprocess.run(argv, capture_output=True, text=True, timeout=timeout), started by `popen`."""
+        proc = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.end(proc)
+            raise
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def track(self, pid: int) -> list[int]:
+        """Remember `pid`'s descendants as they are now (they can be found no more once it died); returns its
+        children."""
+        stats = _stats()
+        below = {parent: [] for parent in stats}
+        for p, (_, ppid, _) in stats.items():
+            below.setdefault(ppid, []).append(p)
+        todo = list(below.get(pid, ()))
+        while todo:
+            p = todo.pop()
+            self.known[p] = stats[p][2]
+            todo += below[p]
+        return list(below.get(pid, ()))
+
+    def alive(self, pids) -> list[int]:
+        """Those of `pids` (remembered by `track`) that still run; a zombie does not."""
+        stats = _stats()
+        return [p for p in pids if p in stats and stats[p][0] != "Z" and stats[p][2] == self.known.get(p)]
+
+    def end(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:  # not reaped, so its pid (and group id) is still its own
+            self.track(proc.pid)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.communicate()
+
+    def end_all(self) -> None:
+        for proc in self.started:
+            self.end(proc)
+        for pid in self.alive(self.known):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def processes():
+    tracked = Processes()
+    try:
+        yield tracked
+    finally:
+        tracked.end_all()
 
 
 def test_up_runs_the_whole_loop(tiny_model_path, tmp_path):
@@ -135,41 +219,31 @@ def test_resume_continues_where_the_run_stopped(tiny_model_path, tmp_path):
     steps_played = sorted({t.step for t in store.trajectories() if t.role == "agent"})
     store.close()
     assert steps_played == [0, 1, 2, 3] and state.steps_done == 4 and state.finished
-    assert [b.index for b in batches] == list(range(len(batches))) and state.policy_version == len(batches)
+    assert [b.version for b in batches] == list(range(len(batches))) and state.policy_version == len(batches)
     keys = [e.trajectory_key for b in batches for e in b.entries]
     assert len(keys) == len(set(keys)), "a sample was trained twice"
 
 
-def test_an_extra_worker_attaches_to_a_running_engine(tiny_model_path, tmp_path):
+def test_an_extra_worker_attaches_to_a_running_engine(tiny_model_path, tmp_path, processes):
     run_dir = tmp_path / "run"
-    engine = subprocess.Popen(
-        _up_command(tiny_model_path, run_dir, _script(tmp_path), steps=12), cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    engine = processes.popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=12), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
+        time.sleep(0.2)
+    extra = processes.popen(
+        [sys.executable, "-m", "engine.cli", "worker", "--run-dir", str(run_dir), "--worker-id", "extra"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    extra = None
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
-            time.sleep(0.2)
-        extra = subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "worker", "--run-dir", str(run_dir), "--worker-id", "extra"],
-            cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        config = (run_dir / "config.toml").read_text()
-        second = subprocess.run(  # a second engine on the same run is refused, and changes nothing
-            [sys.executable, "-m", "engine.cli", "up", "--resume", str(run_dir), "--steps", "99"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60
-        )
-        assert second.returncode == 2 and "is in use by a running engine (pid" in second.stderr, second.stdout + second.stderr
-        assert (run_dir / "config.toml").read_text() == config
-        out, err = engine.communicate(timeout=240)
-        assert engine.returncode == 0, out + err
-        assert "worker extra joined" in out
-        extra_out, _ = extra.communicate(timeout=60)  # the engine's shutdown ends it too
-        assert extra.returncode == 0, extra_out
-    finally:
-        for proc in (engine, extra):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+    config = (run_dir / "config.toml").read_text()
+    # a second engine on the same run is refused, and changes nothing
+    second = processes.run([sys.executable, "-m", "engine.cli", "up", "--resume", str(run_dir), "--steps", "99"], timeout=60)
+    assert second.returncode == 2 and "is in use by a running engine (pid" in second.stderr, second.stdout + second.stderr
+    assert (run_dir / "config.toml").read_text() == config
+    processes.track(engine.pid)  # so that whatever outlives a failure below is ended by pid
+    out, err = engine.communicate(timeout=240)
+    assert engine.returncode == 0, out + err
+    assert "worker extra joined" in out
+    extra_out, _ = extra.communicate(timeout=60)  # the engine's shutdown ends it too
+    assert extra.returncode == 0, extra_out
 
 
 def test_a_worker_without_an_engine_says_so(tiny_model_path, tmp_path):
@@ -188,23 +262,18 @@ def test_a_worker_without_an_engine_says_so(tiny_model_path, tmp_path):
     assert "error: no engine answered at ipc://" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_path):
+def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_path, processes):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        _up_command(tiny_model_path, run_dir, _script(tmp_path), steps=50), cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        deadline = time.monotonic() + 240
-        metrics = run_dir / "metrics.jsonl"
-        while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 1):
-            time.sleep(0.2)
-        assert metrics.exists(), "the run never finished a step"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    proc = processes.popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=50), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    metrics = run_dir / "metrics.jsonl"
+    while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 1):
+        time.sleep(0.2)
+    assert metrics.exists(), "the run never finished a step"
+    children = processes.track(proc.pid)
+    assert children, "the engine has no children"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
     assert "interrupted" in err and "Traceback" not in err
     meta = json.loads((run_dir / "run.json").read_text())
@@ -212,8 +281,7 @@ def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_p
     # every child is gone
     for log in (run_dir / "logs").glob("*.log"):
         assert log.exists()
-    pids = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
-    assert pids == []
+    assert processes.alive(children) == []
     store = Store.open(run_dir / "store", readonly=True)
     done = store.state().steps_done
     assert done >= 1
@@ -221,10 +289,7 @@ def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_p
     store.close()
 
     # the interrupted run resumes: one more step, every sample trained once, the learner's versions line up
-    again = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir), "--steps", str(done + 1)],
-        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
-    )
+    again = processes.run([sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir), "--steps", str(done + 1)], timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     store = Store.open(run_dir / "store", readonly=True)
     state, batches = store.state(), list(store.batches())
@@ -234,60 +299,47 @@ def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_p
     assert len(keys) == len(set(keys)), "a sample was trained twice"
 
 
-def _pids(run_dir, exclude=()) -> list[str]:
-    found = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
-    return [pid for pid in found if int(pid) not in exclude]
-
-
-def test_a_killed_engine_takes_its_children_and_resumes_with_an_attached_worker(tiny_model_path, tmp_path):
+def test_a_killed_engine_takes_its_children_and_resumes_with_an_attached_worker(tiny_model_path, tmp_path, processes):
     """SIGKILL gives the engine no chance to stop its children: they notice it is gone and stop themselves, so
     `up --resume` meets no orphaned learner. A worker attached by hand stays, and joins the resumed engine."""
     run_dir = tmp_path / "run"
     output = tmp_path / "engine.out"
     with open(output, "w") as out:
-        proc = subprocess.Popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=50), cwd=REPO, env=_env(), stdout=out, stderr=subprocess.STDOUT)
-    extra = None
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
-            time.sleep(0.2)
-        assert (run_dir / "metrics.jsonl").exists(), "the run never finished a step"
-        extra = subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "worker", "--run-dir", str(run_dir), "--worker-id", "extra"],
-            cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        while time.monotonic() < deadline and "worker extra joined" not in output.read_text():
-            time.sleep(0.2)
-        assert "worker extra joined" in output.read_text()
-        assert len(_pids(run_dir, exclude={extra.pid})) >= 2  # the learner and the engine's worker
-        proc.kill()
-        proc.wait()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _pids(run_dir, exclude={extra.pid}):
-            time.sleep(0.5)
-        assert _pids(run_dir, exclude={extra.pid}) == [], "children outlived the engine"
-        assert "the engine (pid" in (run_dir / "logs" / "learner.log").read_text()
-        assert extra.poll() is None  # not the engine's child: it waits for an engine
+        proc = processes.popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=50), stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
+        time.sleep(0.2)
+    assert (run_dir / "metrics.jsonl").exists(), "the run never finished a step"
+    extra = processes.popen(
+        [sys.executable, "-m", "engine.cli", "worker", "--run-dir", str(run_dir), "--worker-id", "extra"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    while time.monotonic() < deadline and "worker extra joined" not in output.read_text():
+        time.sleep(0.2)
+    assert "worker extra joined" in output.read_text()
+    children = processes.track(proc.pid)
+    assert len(children) >= 2  # the learner and the engine's worker
+    proc.kill()  # the engine alone, not its group: its children must stop by themselves
+    proc.wait()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and processes.alive(children):
+        time.sleep(0.5)
+    assert processes.alive(children) == [], "children outlived the engine"
+    assert "the engine (pid" in (run_dir / "logs" / "learner.log").read_text()
+    assert extra.poll() is None  # not the engine's child: it waits for an engine
 
-        store = Store.open(run_dir / "store", readonly=True)
-        done = store.state().steps_done
-        store.close()
-        again = subprocess.run(
-            [sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir), "--steps", str(done + 2)],
-            cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
-        )
-        assert again.returncode == 0, again.stdout + again.stderr
-        assert "worker extra joined" in again.stdout
-        store = Store.open(run_dir / "store", readonly=True)
-        state, batches = store.state(), list(store.batches())
-        store.close()
-        assert state.finished and state.steps_done == done + 2 and state.policy_version == len(batches)
-        extra_out, _ = extra.communicate(timeout=60)  # the resumed engine's shutdown ends it
-        assert extra.returncode == 0 and "joining again" in extra_out, extra_out
-    finally:
-        if extra is not None and extra.poll() is None:
-            extra.kill()
-        subprocess.run(["pkill", "-9", "-f", str(run_dir)])
+    store = Store.open(run_dir / "store", readonly=True)
+    done = store.state().steps_done
+    store.close()
+    again = processes.run([sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir), "--steps", str(done + 2)], timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "worker extra joined" in again.stdout
+    store = Store.open(run_dir / "store", readonly=True)
+    state, batches = store.state(), list(store.batches())
+    store.close()
+    assert state.finished and state.steps_done == done + 2 and state.policy_version == len(batches)
+    processes.track(extra.pid)
+    extra_out, _ = extra.communicate(timeout=60)  # the resumed engine's shutdown ends it
+    assert extra.returncode == 0 and "joining again" in extra_out, extra_out
 
 
 @pytest.mark.parametrize(

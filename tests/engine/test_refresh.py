@@ -1,0 +1,268 @@
+import random
+
+import trio
+
+from engine.config import load_config
+from engine.curriculum import Passage, PassageSampler, SeedEnvironment
+from engine.messages import DesignResult, DesignTask, TaskFailed
+from engine.refresh import Designs, design_id, design_record, designer_trajectory
+from storage.records import EnvironmentRecord, MemoryRecord
+from storage.store import Store, trajectory_key
+from tests.engine.test_feedback import _sample
+
+CHECKS_OK = [("parse", True, ""), ("reset", True, "")]
+CHECKS_BAD = [("parse", True, ""), ("reset", False, "reset raised ValueError")]
+
+
+def test_design_id_names_step_slot_and_attempt():
+    assert design_id(0, 0, 1) == "s0000-e00-a1"
+    assert design_id(12, 3, 2) == "s0012-e03-a2"
+    assert len({design_id(s, e, a) for s in range(3) for e in range(3) for a in range(1, 3)}) == 18
+
+
+def _task(task_id="s0002-e01-a2", skill="A", step=2, attempt=2):
+    return DesignTask(
+        task_id=task_id, skill=skill, skill_description=skill.lower(), passage_id="p7", passage="text", examples=[], negatives=[],
+        attempt=attempt, step=step,
+    )
+
+
+def _result(task, valid=True, tokens=100):
+    return DesignResult(
+        task_id=task.task_id, worker_id="w1", skill=task.skill, passage_id=task.passage_id, attempt=task.attempt,
+        reply=f"reply to {task.task_id}", code=f"class Helper: ...\nclass {task.skill}Env: ..." if valid else "class Broken: ...",
+        valid=valid, reason="" if valid else "reset failed: reset raised ValueError", checks=CHECKS_OK if valid else CHECKS_BAD,
+        hint=f"hint {task.task_id}", designer=_sample(task.task_id, "designer", task.task_id, task.skill, "design", task.step),
+        tokens_generated=tokens if valid else 7, seconds=1.0,
+    )
+
+
+def test_design_record_of_a_valid_and_a_rejected_design():
+    task = _task()
+    record = design_record(task, _result(task))
+    assert (record.env_id, record.skill, record.step_created, record.source, record.passage_id, record.attempt) == (
+        "s0002-e01-a2", "A", 2, "designed", "p7", 2)
+    assert (record.valid, record.reason, record.checks, record.worker_id) == (True, "", CHECKS_OK, "w1")
+    assert (record.code, record.reply, record.hint) == ("class Helper: ...\nclass AEnv: ...", "reply to s0002-e01-a2", "hint s0002-e01-a2")
+    assert record.designer_sample_id == "s0002-e01-a2"
+    rejected = design_record(task, _result(task, valid=False))
+    assert (rejected.valid, rejected.reason, rejected.checks, rejected.code) == (
+        False, "reset failed: reset raised ValueError", CHECKS_BAD, "class Broken: ...")
+
+
+def test_design_record_of_a_failed_task_is_a_rejected_design_with_the_workers_reason():
+    task = _task()
+    record = design_record(task, TaskFailed(task_id=task.task_id, worker_id="w2", reason="worker lost"))
+    assert (record.env_id, record.skill, record.step_created, record.source, record.passage_id, record.attempt) == (
+        "s0002-e01-a2", "A", 2, "designed", "p7", 2)
+    assert (record.valid, record.reason, record.worker_id) == (False, "worker error: worker lost", "w2")
+    assert (record.code, record.reply, record.hint, record.checks, record.designer_sample_id) == ("", "", "", [], "")
+
+
+def test_designer_trajectory_carries_the_designers_sample_and_verdict():
+    task = _task()
+    result = _result(task)
+    t = designer_trajectory(task, result)
+    assert (t.sample_id, t.role, t.env_id, t.skill, t.arm, t.step, t.status, t.failure, t.episode_return, t.turns) == (
+        "s0002-e01-a2", "designer", "s0002-e01-a2", "A", "design", 2, "designed", "", 0.0, [])
+    assert t.sample == result.designer
+    rejected = designer_trajectory(task, _result(task, valid=False))
+    assert (rejected.status, rejected.failure) == ("rejected", "reset failed: reset raised ValueError")
+
+
+SEEDS = [
+    SeedEnvironment(name="alpha", skill="A", code="class Grid:\n    pass\n\nclass AlphaEnv:\n    pass\n", hint="alpha hint"),
+    SeedEnvironment(name="beta", skill="B", code="class BetaEnv:\n    pass\n", hint="beta hint"),
+]
+
+
+def _designs(tmp_path, *overrides):
+    config = load_config(overrides=[
+        'curriculum.skills=["A", "B"]', "curriculum.skills_per_refresh=2", "curriculum.envs_per_step=3",
+        "curriculum.design_attempts=3", *overrides,
+    ])
+    store = Store.open(tmp_path / "store")
+    sampler = PassageSampler([Passage(f"p{i}", f"passage number {i}") for i in range(20)], seed=0)
+    return Designs(config, store, sampler, random.Random(0)), store
+
+
+def _env(env_id, skill, *, source="designed", step=0, valid=True):
+    return EnvironmentRecord(
+        env_id=env_id, skill=skill, step_created=step, source=source, passage_id="p", attempt=1, code=f"class {skill}{step}Env: ...",
+        reply="", hint="h", valid=valid, reason="" if valid else "bad", checks=[], designer_sample_id="", worker_id="w", created_at=0.0,
+    )
+
+
+def test_seed_memory_stores_the_seeds_once_and_keeps_the_memory(tmp_path):
+    designs, store = _designs(tmp_path)
+    old = MemoryRecord(env_id="old", skill="A", name="OldEnv", code="", win_rate=0.3, regret=0.2, step=4, source="designed")
+    with store.batch() as batch:
+        batch.put_memory(old)
+    designs.seed_memory(SEEDS)
+    first = {e.env_id: e for e in store.environments()}
+    designs.seed_memory(SEEDS)  # a resumed run
+    assert sorted(e.env_id for e in store.environments()) == ["seed-alpha", "seed-beta"]
+    assert {e.env_id: e.created_at for e in store.environments()} == {k: e.created_at for k, e in first.items()}
+    alpha = store.environment("seed-alpha")
+    assert (alpha.skill, alpha.source, alpha.step_created, alpha.valid, alpha.hint, alpha.code) == (
+        "A", "seed", -1, True, "alpha hint", SEEDS[0].code)
+    memory = {m.env_id: m for m in store.memory()}
+    assert sorted(memory) == ["old", "seed-alpha", "seed-beta"]
+    assert memory["old"] == old
+    assert (memory["seed-alpha"].name, memory["seed-alpha"].skill, memory["seed-alpha"].source) == ("AlphaEnv", "A", "seed")
+    assert memory["seed-beta"].name == "BetaEnv"
+    store.close()
+
+
+def test_reuse_takes_the_newest_designed_of_the_skill_then_its_seeds_then_any_seed(tmp_path):
+    designs, store = _designs(tmp_path)
+    assert designs.reuse("A", set()) is None  # nothing stored
+    with store.batch() as batch:
+        for record in (
+            _env("a0", "A", step=0), _env("a4", "A", step=4), _env("bad", "A", step=6, valid=False), _env("b6", "B", step=6),
+            _env("seed-a", "A", source="seed", step=-1), _env("seed-b", "B", source="seed", step=-1),
+        ):
+            batch.put_environment(record)
+    picks, taken = [], set()
+    while (env := designs.reuse("A", taken)) is not None:
+        picks.append((env.env_id, env.skill, env.designed_now))
+        taken.add(env.env_id)
+    # another skill's designed environment is never reused, nor a rejected one
+    assert picks == [("a4", "A", False), ("a0", "A", False), ("seed-a", "A", False), ("seed-b", "B", False)]
+    assert designs.reuse("C", set()).env_id in {"seed-a", "seed-b"}  # a skill without environments plays a seed
+    reused = designs.reuse("B", set())
+    assert (reused.env_id, reused.code, reused.hint, reused.class_name) == ("b6", "class B6Env: ...", "h", "B6Env")
+    store.close()
+
+
+class Workers:
+    """Scripted workers: each design task's verdict by task id ("valid", "rejected" or "failed"); rejected otherwise."""
+
+    def __init__(self, verdicts=None, default="rejected"):
+        self.verdicts = verdicts or {}
+        self.default = default
+        self.calls = []
+
+    async def __call__(self, label, tasks):
+        await trio.lowlevel.checkpoint()
+        self.calls.append((label, tasks))
+        out = []
+        for task in tasks:
+            verdict = self.verdicts.get(task.task_id, self.default)
+            if verdict == "failed":
+                out.append(TaskFailed(task_id=task.task_id, worker_id="w9", reason="worker lost"))
+            else:
+                out.append(_result(task, valid=verdict == "valid"))
+        return out
+
+    def task_ids(self):
+        return [[t.task_id for t in tasks] for _, tasks in self.calls]
+
+
+VERDICTS = {
+    "s0002-e00-a1": "valid",
+    "s0002-e01-a1": "rejected", "s0002-e01-a2": "failed", "s0002-e01-a3": "valid",
+    # slot 2 is rejected at every attempt
+}
+
+
+def _refresh(designs, workers, step=2):
+    return trio.run(designs.refresh, step, workers)
+
+
+def _stored(tmp_path):
+    designs, store = _designs(tmp_path)
+    designs.seed_memory(SEEDS)
+    with store.batch() as batch:
+        batch.put_environment(_env("old-a", "A", step=0))
+        batch.put_environment(_env("old-a-rejected", "A", step=0, valid=False))
+    return designs, store
+
+
+def test_refresh_retries_only_the_failed_slots_and_stores_every_attempt(tmp_path):
+    designs, store = _stored(tmp_path)
+    workers = Workers(VERDICTS)
+    result = _refresh(designs, workers)
+    assert [label for label, _ in workers.calls] == [f"step 3: designs (attempt {a})" for a in (1, 2, 3)]
+    assert workers.task_ids() == [
+        ["s0002-e00-a1", "s0002-e01-a1", "s0002-e02-a1"],
+        ["s0002-e01-a2", "s0002-e02-a2"],
+        ["s0002-e01-a3", "s0002-e02-a3"],
+    ]
+    tasks = [t for _, batch in workers.calls for t in batch]
+    # slots take the active skills round-robin; every task, a retry included, is grounded on a fresh passage
+    assert [(t.task_id[6:9], t.skill, t.step, t.attempt) for t in tasks] == [
+        ("e00", "A", 2, 1), ("e01", "B", 2, 1), ("e02", "A", 2, 1), ("e01", "B", 2, 2), ("e02", "A", 2, 2),
+        ("e01", "B", 2, 3), ("e02", "A", 2, 3)]
+    assert len({t.passage_id for t in tasks}) == 7
+    # the memory's examples are of the task's own skill
+    assert all([e.name for e in t.examples] == (["AlphaEnv"] if t.skill == "A" else ["BetaEnv"]) for t in tasks)
+
+    assert (result.requested, result.valid, result.tokens) == (7, 2, 100 + 7 + 7 + 7 + 100 + 7)
+    # the slot whose designs all failed plays the newest earlier valid environment of its skill
+    assert [(e.env_id, e.skill, e.designed_now) for e in result.active] == [
+        ("s0002-e00-a1", "A", True), ("s0002-e01-a3", "B", True), ("old-a", "A", False)]
+    assert result.active[0].class_name == "AEnv" and result.active[0].hint == "hint s0002-e00-a1"
+
+    stored = {e.env_id: e for e in store.environments() if e.step_created == 2}
+    assert {env_id: e.valid for env_id, e in stored.items()} == {
+        "s0002-e00-a1": True, "s0002-e01-a1": False, "s0002-e01-a2": False, "s0002-e01-a3": True,
+        "s0002-e02-a1": False, "s0002-e02-a2": False, "s0002-e02-a3": False}
+    assert stored["s0002-e01-a2"].reason == "worker error: worker lost"
+    assert stored["s0002-e02-a3"].checks == CHECKS_BAD
+    assert all(stored[t.task_id].passage_id == t.passage_id for t in tasks)
+    designers = {t.sample_id: t.status for t in store.trajectories(2)}  # not for the failed task: it has no sample
+    assert designers == {
+        "s0002-e00-a1": "designed", "s0002-e01-a1": "rejected", "s0002-e01-a3": "designed",
+        "s0002-e02-a1": "rejected", "s0002-e02-a2": "rejected", "s0002-e02-a3": "rejected"}
+    assert store.trajectory(trajectory_key(2, "s0002-e00-a1")).role == "designer"
+    store.close()
+
+
+def test_refresh_stops_once_every_slot_is_filled(tmp_path):
+    designs, store = _stored(tmp_path)
+    workers = Workers(default="valid")
+    result = _refresh(designs, workers, step=0)
+    assert workers.task_ids() == [["s0000-e00-a1", "s0000-e01-a1", "s0000-e02-a1"]]
+    assert (result.requested, result.valid, result.tokens) == (3, 3, 300)
+    assert [(e.env_id, e.designed_now) for e in result.active] == [
+        ("s0000-e00-a1", True), ("s0000-e01-a1", True), ("s0000-e02-a1", True)]
+    store.close()
+
+
+def test_without_reuse_a_slot_whose_designs_all_failed_stays_empty(tmp_path):
+    designs, store = _designs(tmp_path, "curriculum.reuse_valid_envs=false")
+    designs.seed_memory(SEEDS)
+    with store.batch() as batch:
+        batch.put_environment(_env("old-a", "A", step=0))
+    result = _refresh(designs, Workers(VERDICTS))
+    assert [e.env_id for e in result.active] == ["s0002-e00-a1", "s0002-e01-a3"]
+    assert (result.requested, result.valid) == (7, 2)
+    store.close()
+
+
+def test_reuse_fills_the_empty_slots_with_distinct_environments(tmp_path):
+    designs, store = _stored(tmp_path)
+    result = _refresh(designs, Workers())  # every design rejected
+    assert result.valid == 0 and result.requested == 9
+    # slot 0 (A) takes old-a, slot 1 (B) its seed, slot 2 (A) the seed of A: never one environment twice
+    assert [(e.env_id, e.skill, e.designed_now) for e in result.active] == [
+        ("old-a", "A", False), ("seed-beta", "B", False), ("seed-alpha", "A", False)]
+    store.close()
+
+
+def test_without_a_designer_no_design_is_asked_for_and_the_seeds_are_played(tmp_path):
+    designs, store = _designs(tmp_path, "curriculum.design=false")
+    seeds = SEEDS + [SeedEnvironment(name="gamma", skill="A", code="class GammaEnv:\n    pass\n", hint="gamma hint")]
+    designs.seed_memory(seeds)
+    workers = Workers(default="valid")
+    result = _refresh(designs, workers, step=0)
+    assert workers.calls == []
+    assert (result.requested, result.valid, result.tokens) == (0, 0, 0)
+    assert [e.skill for e in result.active] == ["A", "B", "A"]
+    assert sorted(e.env_id for e in result.active) == ["seed-alpha", "seed-beta", "seed-gamma"]
+    assert not any(e.designed_now for e in result.active)
+    assert all(e.source == "seed" for e in store.environments())
+    assert list(store.trajectories()) == []
+    store.close()
+
