@@ -9,13 +9,15 @@ from __future__ import annotations
 from typing import Literal
 
 import msgspec
+
+from engine.errors import InputError
 from engine.messages import Arm, Role, Sample, TurnRecord
 
 SCHEMA_VERSION = 1
 
 
-class StoredRecordError(Exception):
-    """A record in the store could not be decoded."""
+class StoredRecordError(InputError):
+    """A record in the store could not be decoded (a damaged or foreign store: the user restores or starts anew)."""
 
 
 class EnvironmentRecord(msgspec.Struct, kw_only=True):

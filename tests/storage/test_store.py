@@ -1,8 +1,7 @@
 import pytest
 
-from engine.messages import Sample
+from engine.messages import Sample, pack_floats, pack_ints, pack_mask
 from storage.memory import evicted, negative_lines, positive_examples
-from engine.messages import pack_floats, pack_ints, pack_mask
 from storage.records import MemoryRecord, RunState, StoredRecordError, TrajectoryRecord
 from storage.store import Store
 
@@ -57,8 +56,19 @@ def test_corrupt_record_is_reported(tmp_path):
 
 
 def test_readonly_open_of_missing_store(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no LMDB store"):
+    from engine.errors import InputError
+
+    with pytest.raises(FileNotFoundError, match="no LMDB store") as missing:  # StoreMissing: both
         Store.open(tmp_path / "nothing", readonly=True)
+    assert isinstance(missing.value, InputError)
+
+
+def test_the_store_never_maps_for_writing(tmp_path):
+    """No writemap: LMDB then writes with pwrite, and a full disk is an error code, not a SIGBUS on a store into
+    the map (what a full tmpfs does to writemap). tests/storage/test_store_damage.py fills a real small disk."""
+    store = Store.open(tmp_path / "store")
+    assert store._env.flags()["writemap"] is False
+    store.close()
 
 
 def _memory(env_id, skill, win, regret, step=0, source="designed"):
@@ -99,7 +109,7 @@ def test_a_full_store_says_what_to_do_and_keeps_what_was_committed(tmp_path, mon
         sample_id="big", role="agent", env_id="e", skill="s", arm="hint", step=0, seed=1, status="completed",
         failure="", episode_return=1.0, turns=[], sample=big, created_at=0.0,
     )
-    with pytest.raises(storage.store.StoreFullError, match=r"cannot grow \(MapFullError.*free disk space, then continue with `bin/spade-engine up --resume RUN_DIR`"):
+    with pytest.raises(storage.store.StoreFullError, match=r"the store map is full: .* cannot grow \(.*MapFullError.*free disk space, then continue with `bin/spade-engine up --resume "):
         with store.batch() as batch:
             batch.put_trajectory(record)
     assert [t.sample_id for t in store.trajectories()] == ["kept"]
