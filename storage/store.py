@@ -35,7 +35,6 @@ import msgspec
 from storage.errors import FIX as _FIX
 from storage.errors import StoreAccessError, StoreCorrupt, StoreFullError, StoreMissing
 from storage.integrity import check_data_file, check_snapshot, header_or_raise, reading
-
 from storage.records import (
     BatchRecord,
     DesignerRewardRecord,
