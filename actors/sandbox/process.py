@@ -6,8 +6,10 @@ The pipes are raw non-blocking fds read and written directly, since this is the 
 """
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 
 import msgspec
@@ -18,6 +20,7 @@ from actors.sandbox.errors import EpisodeFailed
 
 SPIN_NS = 40_000  # how long to poll for the reply to a cheap call before sleeping on epoll
 SPAWN_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+SCRATCH_PREFIX = "spade-sandbox-"
 
 
 class WorkerGone(Exception):
@@ -36,20 +39,24 @@ def _signal_name(number: int) -> str:
 
 
 class WorkerProcess:
-    """One worker: its process, the two pipes, and the frame buffer."""
+    """One worker: its process, the two pipes, the frame buffer and, with `scratch`, its scratch directory
+    (a fresh private temporary folder, the worker's current directory, removed with the worker)."""
 
-    def __init__(self, command: list[str], max_frame: int, wrapped: bool) -> None:
+    def __init__(self, command: list[str], max_frame: int, wrapped: bool, scratch: bool = False) -> None:
+        self.scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX) if scratch else None
         child_stdin, self._stdin_fd = os.pipe2(os.O_CLOEXEC)
         self._stdout_fd, child_stdout = os.pipe2(os.O_CLOEXEC)
         self._stderr_fd, child_stderr = os.pipe2(os.O_CLOEXEC)
         try:
             self._popen = subprocess.Popen(
-                command, stdin=child_stdin, stdout=child_stdout, stderr=child_stderr, cwd="/",
+                command, stdin=child_stdin, stdout=child_stdout, stderr=child_stderr, cwd=self.scratch or "/",
                 env=SPAWN_ENV, start_new_session=True, close_fds=True,
             )
         except BaseException:
             for fd in (self._stdin_fd, self._stdout_fd, self._stderr_fd):
                 os.close(fd)
+            if self.scratch:
+                shutil.rmtree(self.scratch, ignore_errors=True)
             raise
         finally:
             for fd in (child_stdin, child_stdout, child_stderr):
@@ -208,3 +215,11 @@ class WorkerProcess:
                 trio.lowlevel.notify_closing(self._pidfd)
                 os.close(self._pidfd)
                 self._pidfd = None
+            if self.scratch:
+                scratch, self.scratch = self.scratch, None
+                try:
+                    os.rmdir(scratch)  # the usual case: the episodes left nothing
+                except FileNotFoundError:
+                    pass
+                except OSError:  # whatever an environment left there, off the event loop
+                    await trio.to_thread.run_sync(shutil.rmtree, scratch, True)

