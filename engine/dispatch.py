@@ -5,6 +5,11 @@
 Each worker announces `slots` (how many tasks it runs at once); the dispatcher never sends it more. A task a
 worker reports as failed is retried on another send (up to `retries` times); the tasks of a worker that goes
 silent or whose process dies are requeued. Workers can join at any time (`bin/spade-engine worker`).
+
+Leases: a task sent to a worker is leased to that worker's identity (`WorkerState.in_flight`); `complete` takes
+an answer only from the identity holding the lease, and hands any other to `Leases` (engine/leases.py), which
+tells late answers from rejected ones and bans an identity that keeps sending the latter. Sends never wait: a
+worker whose queue is full (it does not read) or who is gone is dropped and its tasks requeued.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from collections.abc import Callable
 import msgspec
 import trio
 
+from engine.leases import Leases
 from engine.messages import DesignResult, DesignTask, PlayResult, PlayTask, TaskFailed
-from engine.transport import MessageSocket, PeerGone
+from engine.transport import MessageSocket
 
 Task = DesignTask | PlayTask
 Result = DesignResult | PlayResult | TaskFailed
@@ -51,9 +57,10 @@ class Dispatcher:
         self._pending: collections.deque[str] = collections.deque()
         self._waiting: dict[str, _Waiting] = {}
         self.workers: dict[bytes, WorkerState] = {}
-        self._kick_send, self._kick_receive = trio.open_memory_channel[None](1)
+        self._dispatching = self._again = False
         self._on_result = on_result
         self.requeued = 0
+        self.leases = Leases()
 
     # ------------------------------------------------------------ callers
     async def run_tasks(self, tasks: list[Task]) -> list[Result]:
@@ -94,14 +101,27 @@ class Dispatcher:
                 state.policy_version = policy_version
         return state
 
-    def complete(self, ident: bytes, result: Result) -> None:
+    def holds_lease(self, ident: bytes, task_id: str) -> bool:
         state = self.workers.get(ident)
-        if state is not None:
-            state.in_flight.pop(result.task_id, None)
-            state.last_seen = time.monotonic()
+        return state is not None and task_id in state.in_flight
+
+    def banned(self, ident: bytes) -> bool:
+        return self.leases.banned(ident)
+
+    def complete(self, ident: bytes, result: Result) -> str:
+        """Take `ident`'s answer if it holds the task's lease: "accepted", else `Leases.not_leased`'s verdict
+        ("late", "rejected", or "ban": the identity is dropped and banned)."""
+        state = self.workers.get(ident)
+        if state is None or result.task_id not in state.in_flight:
+            verdict = self.leases.not_leased(result.task_id, ident)
+            if verdict == "ban":
+                self.drop_worker(ident)
+            return verdict
+        del state.in_flight[result.task_id]
+        state.last_seen = time.monotonic()
         waiting = self._waiting.get(result.task_id)
         if waiting is None or waiting.done.is_set():
-            return  # a late answer for a task that was requeued and already answered elsewhere
+            return "late"  # cannot happen while leases end on requeue; kept as a guard
         if isinstance(result, TaskFailed) and waiting.attempts <= self._retries:
             self._pending.append(result.task_id)
         else:
@@ -111,9 +131,11 @@ class Dispatcher:
             if self._on_result is not None:
                 self._on_result(result)
         self._kick()
+        return "accepted"
 
     def _requeue(self, state: WorkerState) -> None:
         for task_id in state.in_flight:
+            self.leases.ended(task_id, state.ident)
             if task_id in self._waiting:
                 self._waiting[task_id].attempts -= 1  # not the task's fault: this send does not count
                 self._pending.appendleft(task_id)
@@ -121,34 +143,43 @@ class Dispatcher:
         state.in_flight.clear()
 
     def _kick(self) -> None:
+        """Send what the credit allows, now: sends never wait (a full or gone peer is dropped), so there is no
+        task to wake. Reentrant calls (a failed send drops a worker, which kicks) fold into the running loop."""
+        if self._dispatching:
+            self._again = True
+            return
+        self._dispatching = True
         try:
-            self._kick_send.send_nowait(None)
-        except trio.WouldBlock:
-            pass  # a wake-up is already pending
+            self._again = True
+            while self._again:
+                self._again = False
+                self._dispatch()
+        finally:
+            self._dispatching = False
 
     # ------------------------------------------------------------ the loop
     def _free_worker(self) -> WorkerState | None:
         free = [w for w in self.workers.values() if len(w.in_flight) < w.slots]
         return min(free, key=lambda w: len(w.in_flight) / w.slots) if free else None
 
+    def _dispatch(self) -> None:
+        while self._pending:
+            worker = self._free_worker()
+            if worker is None:
+                break
+            task_id = self._pending.popleft()
+            waiting = self._waiting.get(task_id)
+            if waiting is None:
+                continue
+            waiting.attempts += 1
+            worker.in_flight[task_id] = waiting.task
+            if not self._sock.try_send_to(worker.ident, waiting.task):
+                self.drop_worker(worker.ident)  # gone, or not reading: the task goes back to the queue
+
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Kept for the callers' `nursery.start(dispatcher.run)`: the sends happen in `_kick`."""
         task_status.started()
-        while True:
-            await self._kick_receive.receive()
-            while self._pending:
-                worker = self._free_worker()
-                if worker is None:
-                    break
-                task_id = self._pending.popleft()
-                waiting = self._waiting.get(task_id)
-                if waiting is None:
-                    continue
-                waiting.attempts += 1
-                worker.in_flight[task_id] = waiting.task
-                try:
-                    await self._sock.send_to(worker.ident, waiting.task)
-                except PeerGone:
-                    self.drop_worker(worker.ident)
+        await trio.sleep_forever()
 
     async def watch_liveness(self, dead_after_s: float, on_dead: Callable[[WorkerState], None]) -> None:
         while True:
@@ -161,7 +192,6 @@ class Dispatcher:
 
     async def broadcast(self, message) -> None:
         for ident in list(self.workers):
-            try:
-                await self._sock.send_to(ident, message)
-            except PeerGone:
-                self.drop_worker(ident)
+            if not self._sock.try_send_to(ident, message):
+                self.drop_worker(ident)  # it asks again (HelloAgain on its next heartbeat) and gets the news then
+        await trio.lowlevel.checkpoint()
