@@ -1,0 +1,200 @@
+"""End to end: a peer that lies changes nothing that is trained or loaded, and the run stays resumable.
+
+A forged rollout worker (a DEALER driven from the test) joins a scripted `up` run like a worker and answers the
+plays it is handed with a NaN return and with a token id outside the model's vocabulary (engine/result_checks.py);
+a forged learner sends `PolicyPublished` on the run's learner socket (engine/auth.py's learner gate).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import zmq
+
+from engine.batches import stored_batch_samples
+from engine.messages import (
+    DesignTask,
+    EngineToWorker,
+    PlayResult,
+    PlayTask,
+    PolicyPublished,
+    PolicyUpdate,
+    Sample,
+    TurnRecord,
+    ValidateTask,
+    WorkerBye,
+    WorkerHello,
+    pack_floats,
+    pack_ints,
+    pack_mask,
+    sample_problem,
+    unpack_floats,
+    unpack_ints,
+    unpack_mask,
+)
+from engine.paths import RunPaths
+from storage.store import Store
+from tests.e2e.test_up import _script, _up_command, processes  # noqa: F401 (the fixture)
+
+STEPS = 2
+VOCAB = 4096  # the tiny model's
+MARK = np.float32(-0.0123456)  # the forged samples' behaviour log-probs: found in no sample the run keeps
+
+
+def _wait_for(path: Path, text: str, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never appeared in {path}:\n{path.read_text() if path.exists() else ''}")
+
+
+def _forged_play(task: PlayTask, version: int, kind: str) -> PlayResult:
+    """kind "nan": a NaN return (and turn reward; "nan-sample": the sample's reward too); "token": an id past the vocabulary."""
+    tokens = [5, 6, 7, VOCAB + 7 if kind == "token" else 8]
+    value = math.nan if kind.startswith("nan") else 1.0
+    sample = Sample(
+        sample_id=task.task_id, role="agent", env_id=task.env_id, skill=task.skill, arm=task.arm, step=task.step,
+        tokens=pack_ints(tokens), loss_mask=pack_mask([0, 1, 1, 1]), logprobs=pack_floats([0.0, MARK, MARK, MARK]),
+        versions=pack_ints([-1, version, version, version]), reward=value if kind != "nan" else 0.0, temperature=0.6,
+    )
+    turn = TurnRecord(action="1", parse_rule="boxed_first", reward=value, terminated=True, truncated=False, policy_version=version, observation_chars=9)
+    return PlayResult(
+        task_id=task.task_id, worker_id="forged", env_id=task.env_id, arm=task.arm, seed=task.seed, status="completed",
+        failure="", episode_return=value, turns=[turn], agent=sample, tokens_generated=3, seconds=0.1,
+    )
+
+
+def _forged_worker(address: str, deadline: float) -> list[str]:
+    """Say hello like a worker; answer plays with a NaN return, then an out-of-range token, then a NaN return again
+    (its third rejected result: it is dropped); step aside (bye, hello again) for any other task. Returns what it sent."""
+    decoder = msgspec.msgpack.Decoder(EngineToWorker)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, b"forged")
+    sock.setsockopt(zmq.LINGER, 1000)
+    sock.connect(address)
+    hello = WorkerHello(worker_id="forged", pid=os.getpid(), slots=1, isolation="none", backend="forged", policy_version=0)
+    sock.send(msgspec.msgpack.encode(hello))
+    sent, version = [], 0
+    try:
+        while len(sent) < 3 and time.monotonic() < deadline:
+            if not sock.poll(100):
+                continue
+            message = decoder.decode(sock.recv())
+            match message:
+                case PolicyUpdate():
+                    version = message.version
+                case PlayTask():
+                    kind = ("nan", "token", "nan-sample")[len(sent)]
+                    sock.send(msgspec.msgpack.encode(_forged_play(message, version, kind)))
+                    sent.append(kind)
+                case DesignTask() | ValidateTask():  # not ours to answer: its lease ends, another worker gets it
+                    sock.send(msgspec.msgpack.encode(WorkerBye(worker_id="forged")))
+                    time.sleep(0.3)
+                    sock.send(msgspec.msgpack.encode(hello))
+        time.sleep(0.5)  # the last answer on its way out
+    finally:
+        sock.close()
+    return sent
+
+
+def _check_resumable(processes, run_dir: Path, steps: int) -> None:
+    again = processes.run([sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir), "--steps", str(steps)], timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    store = Store.open(run_dir / "store", readonly=True)
+    state, batches = store.state(), list(store.batches())
+    store.close()
+    assert state.finished and state.steps_done == steps and state.policy_version == len(batches)
+
+
+def _published_weights_are_finite(run_dir: Path) -> None:
+    from safetensors.numpy import load_file
+
+    folders = [max((run_dir / "policy").glob("v*")), (run_dir / "checkpoints" / "latest").resolve()]
+    for folder in folders:
+        weights = load_file(str(folder / "model.safetensors"))
+        assert weights and all(np.isfinite(w).all() for w in weights.values()), folder
+
+
+def test_a_worker_that_sends_nan_and_out_of_range_tokens_changes_nothing_trained(tiny_model_path, tmp_path, processes):  # noqa: F811
+    run_dir = tmp_path / "run"
+    output = tmp_path / "engine.out"
+    with open(output, "w") as out:
+        engine = processes.popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=STEPS), stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    _wait_for(output, "worker w0 joined", deadline)  # so that the engine does not start on the forged worker alone
+    sent = _forged_worker(RunPaths(run_dir).worker_address, deadline)
+    assert sent == ["nan", "token", "nan-sample"], (sent, output.read_text())
+    processes.track(engine.pid)
+    assert engine.wait(timeout=300) == 0, output.read_text()
+    text = output.read_text()
+    assert "rejected the result of worker forged" in text and "its episode return nan is not a finite number in [-1, 1]" in text
+    assert "sample reward is nan, not a finite number" in text
+    assert "token id 4103 is outside the model's vocabulary [0, 4096)" in text
+    assert "dropped worker forged: 3 of its results failed the engine's checks" in text
+    assert json.loads((run_dir / "run.json").read_text())["result_checks"] == {"refused_results": 3, "dropped_workers": 1}
+
+    store = Store.open(run_dir / "store", readonly=True)
+    try:
+        kept = [t.sample for t in store.trajectories()]
+        trained = [s for record in store.batches() for s in stored_batch_samples(store, record)]
+        returns = [t.episode_return for t in store.trajectories()]
+        state = store.state()
+    finally:
+        store.close()
+    assert trained and all(math.isfinite(r) for r in returns)
+    for sample in kept + trained:  # nothing the forged worker sent is stored, let alone trained
+        assert sample_problem(sample, vocab_size=VOCAB) is None, sample.sample_id
+        assert MARK not in unpack_floats(sample.logprobs)[unpack_mask(sample.loss_mask) == 1], sample.sample_id
+        assert unpack_ints(sample.tokens).max() < VOCAB
+    assert state.finished and state.policy_version == STEPS + 1
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(r["learner_loss"]) and not r["learner"].get("skipped_nonfinite") and "refused_batch" not in r["learner"] for r in rows)
+    _published_weights_are_finite(run_dir)
+    _check_resumable(processes, run_dir, STEPS + 1)
+    _published_weights_are_finite(run_dir)
+
+
+def test_a_forged_policy_published_changes_nothing(tiny_model_path, tmp_path, processes):  # noqa: F811
+    """A DEALER that is not the engine's learner sends PolicyPublished for a version 99 at a real model folder: the
+    workers never load it, the store and the metrics never see it (the learner's identity: engine/auth.py)."""
+    run_dir = tmp_path / "run"
+    evil = tmp_path / "evil-policy"
+    shutil.copytree(tiny_model_path, evil)
+    output = tmp_path / "engine.out"
+    with open(output, "w") as out:
+        engine = processes.popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=STEPS), stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():  # the learner is up and has published
+        time.sleep(0.2)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 1000)
+    sock.connect(RunPaths(run_dir).learner_address)
+    for _ in range(3):
+        sock.send(msgspec.msgpack.encode(PolicyPublished(version=99, path=str(evil), step=0, metrics={"loss": 123.0})))
+        time.sleep(0.3)
+    sock.close()
+    processes.track(engine.pid)
+    assert engine.wait(timeout=300) == 0, output.read_text()
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["policy_version"] for r in rows] == list(range(1, STEPS + 2)) and all(r["learner_loss"] != 123.0 for r in rows)
+    store = Store.open(run_dir / "store", readonly=True)
+    try:
+        state, batches = store.state(), list(store.batches())
+        versions = {int(v) for t in store.trajectories() for v in unpack_ints(t.sample.versions)}
+    finally:
+        store.close()
+    assert state.policy_version == len(batches) == STEPS + 1
+    assert max(versions) <= STEPS  # every token was sampled by a version the learner published
+    assert str(evil) not in (run_dir / "logs" / "worker-w0.log").read_text()
+    _check_resumable(processes, run_dir, STEPS + 1)
