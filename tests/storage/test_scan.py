@@ -1,0 +1,33 @@
+"""Tolerant scans: a record that does not decode is set aside, named by database and key; the scan goes on."""
+
+from __future__ import annotations
+
+from engine.messages import Sample, pack_floats, pack_ints, pack_mask
+from storage.records import StoredRecordError, TrajectoryRecord
+from storage.scan import describe_skipped, tolerant, tolerant_get, trajectories
+from storage.store import Store
+
+
+def _trajectory(sample_id: str, step: int) -> TrajectoryRecord:
+    sample = Sample(sample_id=sample_id, role="agent", env_id="e", skill="s", arm="no_hint", step=step, tokens=pack_ints([1]), loss_mask=pack_mask([1]),
+                    logprobs=pack_floats([0.0]), versions=pack_ints([0]), reward=0.0)
+    return TrajectoryRecord(sample_id=sample_id, role="agent", env_id="e", skill="s", arm="no_hint", step=step, seed=0, status="completed",
+                            failure="", episode_return=0.0, turns=[], sample=sample, created_at=0.0)
+
+
+def test_bad_records_are_skipped_and_named(tmp_path):
+    store = Store.open(tmp_path / "store")
+    with store.batch() as batch:
+        for i, step in enumerate((0, 0, 1)):
+            batch.put_trajectory(_trajectory(f"t{i}", step))
+    with store._env.begin(write=True) as txn:
+        txn.put(b"00000000/t0x", b"\xc1", db=store._dbs["trajectories"])  # between t0 and t1: the scan must go on past it
+    skipped: list[StoredRecordError] = []
+    assert [t.sample_id for t in tolerant(store, "trajectories", skipped)] == ["t0", "t1", "t2"]
+    assert len(skipped) == 1 and str(skipped[0]).startswith("record '00000000/t0x' in database 'trajectories' is corrupt")
+    assert [t.sample_id for t in trajectories(store, [], step=1)] == ["t2"]
+    later: list[StoredRecordError] = []
+    assert tolerant_get(store, "trajectories", "00000000/t0x", later) is None and len(later) == 1
+    assert tolerant_get(store, "trajectories", "00000009/none", later) is None and len(later) == 1
+    store.close()
+    assert describe_skipped(skipped * 7, limit=5)[-1] == "warning: skipped 2 more bad records"
