@@ -4,7 +4,8 @@ First turn: the reference's player prompt around the first observation (with `HI
 arm); later turns: the raw observation. Each reply is reduced to an action by `parse_action`. The return is the
 terminal reward clamped to [-1, 1] if the episode terminated, else 0. An exception inside the environment's
 `step` ends the episode with return -1 (the reference's rule); a sandbox timeout, crash or limit fails the play,
-which is then stored but never trained on.
+which is then stored but never trained on. With `play.end_on_cutoff` (the reference) a reply cut off at the token
+limit, with no end-of-turn token, ends the episode there, truncated, before it reaches the environment.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ def episode_return(last_reward: float, terminated: bool) -> float:
 
 
 async def play_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config, worker_id: str) -> PlayResult:
+    if task.setting == "tool_use":  # the tool-use setting's episode: tool calls, then an answer (actors/tool_use)
+        from actors.tool_use.agent import play_tool_episode
+
+        return await play_tool_episode(task, batcher=batcher, pool=pool, tokenizer=tokenizer, play_config=play_config, worker_id=worker_id)
     started = time.perf_counter()
     chat = ChatContext(tokenizer)
     turns: list[TurnRecord] = []
@@ -46,6 +51,9 @@ async def play_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config,
                 )
                 tokens_generated += len(generation.completion_ids)
                 chat.add_assistant(generation)
+                if play_config.end_on_cutoff and generation.finish_reason == "length":
+                    failure = f"cut off: the reply reached play.agent_max_tokens ({len(generation.completion_ids)} tokens)"
+                    break  # truncated, return 0
                 action, rule = parse_action(generation.text)
                 try:
                     result = await episode.step(action)

@@ -4,7 +4,10 @@
    prefilled with the start of a ```python block (`play.designer_prefill`), a scaffold small models need.
 2. Extract the code; the validator repairs f-string braces, then runs static and sandboxed dynamic checks.
 3. For a valid design, ask the same policy (hint role, low temperature, not trained) for a privileged hint from
-   the code alone, then check in the sandbox that the hint never appears in an observation.
+   the code alone (up to `play.hint_attempts` calls, backing off after a call that raised; an empty hint is a
+   failed call too), then check in the sandbox that the hint never appears in an observation. A design whose
+   hint calls all failed stays valid with no hint: the engine gives it no hinted plays and regret 0.
+`play.quality_checks = false` validates as the reference does (engine/config.py; actors/sandbox/validator.py).
 The designer's tokens come back as a training sample whose reward the engine fills in k steps later.
 """
 
@@ -12,9 +15,12 @@ from __future__ import annotations
 
 import time
 
+import trio
+
 from actors.chat import ChatContext
 from actors.parsing import clean_hint, extract_code
 from actors.prompts import DESIGNER_SYSTEM, HINT_SYSTEM, designer_user_message, hint_user_message
+from actors.tool_use import prompts as tool_prompts  # the tool-use setting's designer and hint prompts
 from actors.sandbox import validate_environment
 from engine.messages import DesignResult, DesignTask
 
@@ -22,19 +28,35 @@ from engine.messages import DesignResult, DesignTask
 VALIDATION_MAX_TURNS = 25
 
 
-async def write_hint(code: str, *, batcher, tokenizer, play_config) -> tuple[str, int]:
-    chat = ChatContext(tokenizer, system=HINT_SYSTEM)
-    chat.add_user(hint_user_message(code))
-    generation = await batcher.generate(
-        chat.request("hint", max_new_tokens=play_config.hint_max_tokens, temperature=play_config.hint_temperature, play_config=play_config)
-    )
-    return clean_hint(generation.text), len(generation.completion_ids)
+async def write_hint(code: str, *, batcher, tokenizer, play_config, system: str = HINT_SYSTEM) -> tuple[str, int]:
+    """The hint ("" when every call failed) and the tokens the calls generated."""
+    tokens = 0
+    for attempt in range(play_config.hint_attempts):
+        chat = ChatContext(tokenizer, system=system)
+        chat.add_user(hint_user_message(code))
+        request = chat.request("hint", max_new_tokens=play_config.hint_max_tokens, temperature=play_config.hint_temperature, play_config=play_config)
+        try:
+            generation = await batcher.generate(request)
+        except Exception:  # a failed call is retried (the reference: 3 attempts, 1 / 2 / 4 s apart)
+            if attempt + 1 < play_config.hint_attempts:
+                await trio.sleep(play_config.hint_retry_backoff_s * 2**attempt)
+            continue
+        tokens += len(generation.completion_ids)
+        hint = clean_hint(generation.text)
+        if hint:
+            return hint, tokens
+    return "", tokens
 
 
 async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play_config, worker_id: str) -> DesignResult:
     started = time.perf_counter()
-    chat = ChatContext(tokenizer, system=DESIGNER_SYSTEM)
-    chat.add_user(designer_user_message(task), prefill=play_config.designer_prefill)
+    tool_use = task.setting == "tool_use"
+    chat = ChatContext(tokenizer, system=tool_prompts.DESIGNER_SYSTEM if tool_use else DESIGNER_SYSTEM)
+    if tool_use:
+        prompt = tool_prompts.designer_user_message(task)
+    else:
+        prompt = designer_user_message(task, partial_rewards=play_config.partial_rewards, max_turns=VALIDATION_MAX_TURNS)
+    chat.add_user(prompt, prefill=play_config.designer_prefill)
     generation = await batcher.generate(
         chat.request("designer", max_new_tokens=play_config.designer_max_tokens, temperature=play_config.designer_temperature, play_config=play_config)
     )
@@ -43,13 +65,15 @@ async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play
     reply = play_config.designer_prefill + generation.text
     code = extract_code(reply)
     hint = ""
-    verdict = await validate_environment(pool, code, max_turns=VALIDATION_MAX_TURNS)
+    quality = play_config.quality_checks
+    verdict = await validate_environment(pool, code, max_turns=VALIDATION_MAX_TURNS, quality_checks=quality)
     if verdict.valid:
         code = verdict.source
-        hint, hint_tokens = await write_hint(code, batcher=batcher, tokenizer=tokenizer, play_config=play_config)
+        hint, hint_tokens = await write_hint(code, batcher=batcher, tokenizer=tokenizer, play_config=play_config,
+                                             system=tool_prompts.HINT_SYSTEM if tool_use else HINT_SYSTEM)
         tokens += hint_tokens
         if hint:
-            verdict = await validate_environment(pool, code, hint=hint, max_turns=VALIDATION_MAX_TURNS)
+            verdict = await validate_environment(pool, code, hint=hint, max_turns=VALIDATION_MAX_TURNS, quality_checks=quality)
     sample = chat.sample(
         sample_id=task.task_id, role="designer", env_id=task.task_id, skill=task.skill, arm="design", step=task.step,
         reward=0.0, temperature=play_config.designer_temperature,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import zlib
+
 from engine.messages import DesignTask
 
 DESIGNER_SYSTEM = (
@@ -9,18 +12,63 @@ DESIGNER_SYSTEM = (
     "with a hidden state that a player explores turn by turn. You write correct, self-contained code."
 )
 
-ENVIRONMENT_SPEC = """Requirements for the environment:
+_SPEC = """Requirements for the environment:
 - Exactly one class whose name ends in `Env`. Standard library only (math, random, re, itertools, collections,
   string, json, dataclasses, typing, fractions, heapq, functools).
 - `__init__(self, max_turns=12, **kwargs)` stores max_turns and calls `self.reset()`.
 - `reset(self, seed=None)` draws all randomness from `random.Random(seed)` and returns `(observation, {})`.
 - `step(self, action)` reads the player's command from the first `\\boxed{...}` in `action`, updates the hidden
-  state and returns `(observation, reward, terminated, truncated, {})`: reward 1.0 and terminated=True when the
-  goal is reached, 0.0 otherwise; `truncated = self.turn_count >= self.max_turns`.
+  state and returns `(observation, reward, terminated, truncated, {})` with `truncated = self.turn_count >=
+  self.max_turns`. Rewards: {rewards}.
 - Every observation is a string that describes what the player sees, lists the available actions and reminds
   the player to answer as \\boxed{...}. A malformed action must not raise: explain the format instead.
 - `solution(self)` returns the list of actions that wins the current episode.
 - Winning must need at least 3 interaction steps."""
+_BINARY_REWARDS = "reward 1.0 and terminated=True when the goal is reached, 0.0 otherwise"
+_PARTIAL_REWARDS = ("reward 1.0 and terminated=True when the goal is reached; a reward in [0, 1] may credit partial "
+                    "progress (only the reward of the final step counts)")
+
+
+def environment_spec(partial_rewards: bool = True) -> str:
+    """The environment contract the designer is given; `partial_rewards` (`play.partial_rewards`, the reference)
+    allows partial-progress rewards in [0, 1], else rewards are exactly 1.0 or 0.0."""
+    return _SPEC.replace("{rewards}", _PARTIAL_REWARDS if partial_rewards else _BINARY_REWARDS)
+
+
+ENVIRONMENT_SPEC = environment_spec(False)
+
+# The no-corpus ablation's cold-start prompt (the designer gets no passage): game ideas per skill, three drawn per
+# design, and what makes a multi-turn game good. Written for this project.
+CONCEPT_IDEAS = {
+    "Mathematical Reasoning": ("a hidden linear equation probed by plugging in values", "a budget ledger whose missing "
+                               "entry must be derived", "a number lock opened by modular clues", "a sequence of "
+                               "operations that must reach a target value"),
+    "Logical Deduction": ("a suspect lineup narrowed by yes/no questions", "a seating chart fixed by constraints revealed "
+                          "on request", "a truth-teller and liar island", "a circuit of switches whose rules are learned "
+                          "by toggling"),
+    "Spatial Reasoning": ("a dark maze mapped by moving and sensing walls", "a sliding tile board with a goal layout",
+                          "a robot on a grid with rotating commands", "locating a hidden object from distance readings"),
+    "Pattern Recognition": ("a hidden rule that accepts or rejects proposed sequences", "a cipher learned from encoded "
+                            "samples", "the next term of a sequence revealed one term at a time", "an odd-one-out set "
+                            "with a secret property"),
+    "Optimization": ("packing items of hidden weights into a limited bag", "routing deliveries under a fuel budget",
+                     "a schedule of jobs with deadlines revealed by probing", "a market with changing prices to buy "
+                     "low and sell high"),
+    "Causal Inference": ("a machine whose hidden wiring links buttons to lights", "a garden where hidden factors make "
+                         "plants grow", "a chain of dominoes whose links are found by intervening", "a medicine trial "
+                         "where treatments are tested one at a time"),
+}
+_COLD_START_DESIGN = """A good multi-turn game: hidden state the player uncovers by acting; each observation says what changed
+and which actions are available; optimal play wins in roughly {low}-{high} turns; a lucky guess or a single action
+cannot win. Avoid: games won in one step, answers shown in the first observation, observations that do not change,
+rules the player can never discover."""
+
+
+def _concepts(task: DesignTask) -> list[str]:
+    ideas = list(CONCEPT_IDEAS.get(task.skill, ()))
+    random.Random(zlib.crc32(task.task_id.encode())).shuffle(ideas)
+    return ideas[:3]
+
 
 HINT_SYSTEM = (
     "You write a short hint for a player of a text game, given the game's code. In 1-3 sentences (under 100 "
@@ -36,12 +84,21 @@ AGENT_FIRST_TURN = (
 HINT_INJECTION = "{observation}\n\nHINT: {hint}"
 
 
-def designer_user_message(task: DesignTask) -> str:
-    parts = [
-        "Create an INTERACTIVE, MULTI-TURN Python game grounded in a concept from this document.",
-        f"<REFERENCE_DOCUMENT>\n{task.passage}\n</REFERENCE_DOCUMENT>",
-        ENVIRONMENT_SPEC,
-    ]
+def designer_user_message(task: DesignTask, *, partial_rewards: bool = True, max_turns: int = 25) -> str:
+    """The designer's request: grounded on the task's passage, or (no passage: the no-corpus ablation) the cold-start
+    prompt with concept ideas for its skill and turns to winning of about max_turns // 2 to 3 * max_turns // 4."""
+    if task.passage:
+        parts = [
+            "Create an INTERACTIVE, MULTI-TURN Python game grounded in a concept from this document.",
+            f"<REFERENCE_DOCUMENT>\n{task.passage}\n</REFERENCE_DOCUMENT>",
+        ]
+    else:
+        ideas = "\n".join(f"- {idea}" for idea in _concepts(task))
+        parts = [
+            f"Create an INTERACTIVE, MULTI-TURN Python game that trains {task.skill}. Ideas to start from:\n{ideas}",
+            _COLD_START_DESIGN.format(low=max_turns // 2, high=3 * max_turns // 4),
+        ]
+    parts.append(environment_spec(partial_rewards))
     if task.examples:
         lines = [
             "<REFERENCE_ENVIRONMENTS>",

@@ -1,9 +1,13 @@
 """The rollout worker process: designer, hint writer and agent actors over one inference backend and a sandbox pool.
 
     python -m actors.worker --run-dir RUN_DIR [--worker-id w1] [--connect ipc://...]
+    bin/spade-engine worker --connect tcp://HOST:PORT --key worker.key [--run-dir OWN_DIR] [--fetch-policy]
 
 Started by `bin/spade-engine up`, or by hand (`bin/spade-engine worker --run-dir RUN_DIR`) to attach an extra
-worker to a running engine. It reads the run's resolved `config.toml`, says hello, runs every task it is sent
+worker to a running engine. From another machine (`--connect` to the engine's tcp socket, with the run's CURVE
+key file, which `up` names) it needs no run directory: it takes the run's config and the current policy over
+the wire (actors/remote.py), says hello only once that is loaded, and fetches each later version whose path it
+cannot see. It reads the run's resolved `config.toml`, says hello, runs every task it is sent
 (the engine never sends more than `inference.concurrency` at once), answers each with a result, loads new
 policy versions between generation batches, and sends heartbeats. It holds no state that matters: if it dies,
 the engine requeues its tasks.
@@ -12,31 +16,46 @@ the engine requeues its tasks.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import traceback
 import uuid
 from pathlib import Path
 
+import msgspec
 import trio
 import zmq
 
+from actors.remote import PolicyFetcher, PolicyFollower, join_remote, wants_fetch
 from engine.config import read_config_file
-from engine.errors import RunFailed, leaf_exceptions
+from engine.errors import InputError, RunFailed, SpadeError, leaf_exceptions
+from engine.keys import (
+    WORKER_FILE,
+    WorkerKey,
+    key_is_private,
+    needs_keys,
+    read_worker_key,
+)
 from engine.lifeline import cancel_on_sigterm, cancel_when_engine_gone, engine_pid
 from engine.messages import (
+    REASONING_GYM_PREFIX,
     DesignTask,
     EngineToWorker,
+    FetchFailed,
     Heartbeat,
     HelloAgain,
     PlayTask,
+    PolicyChunk,
+    PolicyManifest,
     PolicyUpdate,
     Shutdown,
     TaskFailed,
+    ValidateTask,
     WorkerBye,
     WorkerHello,
 )
-from engine.paths import RunPaths
+from engine.paths import RunPaths, connect_address
 from engine.transport import ProtocolError, open_socket
 
 
@@ -44,23 +63,77 @@ class NoEngine(RunFailed):
     """Nobody answered the worker's hello."""
 
 
-async def run_worker(run_dir: Path, worker_id: str, address: str | None) -> None:
-    from actors.agent import play_episode
-    from actors.designer import design_environment
+class WorkerOptions(msgspec.Struct, kw_only=True):
+    run_dir: Path | None  # the run directory (same machine), or the worker's own folder (remote)
+    worker_id: str
+    address: str | None
+    key: Path | None = None
+    fetch_policy: bool = False  # the config and every policy version over the wire, even where the paths exist here
+    timeout_s: float = 60.0  # a remote worker: how long to wait for the engine's first answer
+
+    @property
+    def remote(self) -> bool:
+        """No run directory of this run here: the config and the policy come from the engine."""
+        return self.key is not None or self.fetch_policy or self.run_dir is None or not (self.run_dir / "config.toml").is_file()
+
+
+DEFAULT_MAX_MESSAGE_MB = 16  # before a remote worker has the run's config (worker.max_message_mb)
+
+
+def _local_dir(opts: WorkerOptions, key: WorkerKey | None) -> Path:
+    if opts.run_dir is not None:
+        return opts.run_dir
+    tag = hashlib.sha1((key.server_public if key else opts.address or "").encode()).hexdigest()[:12]
+    return Path.home() / ".cache" / "spade-engine" / f"worker-{tag}"
+
+
+async def run_worker(opts: WorkerOptions) -> None:
     from actors.inference.base import build_backend
-    from actors.inference.batcher import Batcher
     from actors.sandbox import open_sandbox_pool
 
-    paths = RunPaths(run_dir)
-    config = read_config_file(paths.config)
-    import torch
-
-    torch.set_num_threads(config.inference.threads or os.cpu_count() or 1)
-    model_path = paths.read_model_path()
-    backend = await trio.to_thread.run_sync(build_backend, config, model_path)
-    sandbox = config.sandbox
+    worker_id = opts.worker_id
+    paths = RunPaths(opts.run_dir) if opts.run_dir is not None else None
+    config = None if opts.remote else read_config_file(paths.config)
+    key = read_worker_key(opts.key) if opts.key is not None else None
+    if opts.remote:
+        address = opts.address or (key.address if key else "")
+        if not address:
+            raise InputError("a worker without the run directory needs --connect tcp://HOST:PORT (or a --key file that names it)")
+    else:
+        address = opts.address or connect_address(config.worker.address) or paths.worker_address
+        if key is None and needs_keys(address) and (paths.keys / WORKER_FILE).is_file():
+            key = read_worker_key(paths.keys / WORKER_FILE)  # the engine's own worker on a tcp socket
+    if needs_keys(address) and key is None:
+        raise InputError(f"{address} is a tcp socket: the engine admits only holders of its key: give --key FILE (RUN_DIR/keys/{WORKER_FILE} of the engine's machine)")
+    max_mb = config.worker.max_message_mb if config else DEFAULT_MAX_MESSAGE_MB
     async with (
-        open_sandbox_pool(
+        open_socket(
+            zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=worker_id.encode(), max_message_bytes=max(max_mb, 2) << 20,
+            client_key=key if needs_keys(address) else None,
+        ) as sock,
+        trio.open_nursery() as nursery,
+    ):
+        local_dir = _local_dir(opts, key)
+        fetcher = PolicyFetcher(sock, local_dir / "fetched")
+        start_version, adapter = 0, ""
+        if opts.remote:
+            joined = await join_remote(sock, fetcher, worker_id=worker_id, local_dir=local_dir, fetch_all=opts.fetch_policy, timeout_s=opts.timeout_s)
+            if joined is None:
+                raise NoEngine(f"no engine answered at {address} within {opts.timeout_s:.0f} s (is the address right, and --key the run's {WORKER_FILE}? a peer without it is refused)")
+            config = read_config_file(joined.config_path)
+            model_path, start_version, adapter = joined.model_path, joined.version, joined.adapter
+        else:
+            model_path = paths.read_model_path()
+        import torch
+
+        torch.set_num_threads(config.inference.threads or os.cpu_count() or 1)
+        backend = await trio.to_thread.run_sync(build_backend, config, model_path)
+        if adapter:
+            await trio.to_thread.run_sync(backend.load_weights, adapter, start_version)
+        elif start_version:
+            backend.policy_version = start_version  # it started from that version's full model
+        sandbox = config.sandbox
+        async with open_sandbox_pool(
             workers=sandbox.workers,
             step_timeout_s=sandbox.step_timeout_s,
             episode_timeout_s=sandbox.episode_timeout_s,
@@ -69,110 +142,142 @@ async def run_worker(run_dir: Path, worker_id: str, address: str | None) -> None
             max_output_bytes=sandbox.max_output_bytes,
             episodes_per_worker=sandbox.episodes_per_worker,
             isolation=sandbox.isolation,
-        ) as pool,
-        open_socket(zmq.DEALER, address or _connect_address(config.worker.address) or paths.worker_address, bind=False, decode=EngineToWorker, identity=worker_id.encode()) as sock,
-        trio.open_nursery() as nursery,
-    ):
-        batcher = Batcher(backend, max_batch=config.inference.max_batch, wait_s=config.inference.batch_wait_s)
-        await nursery.start(batcher.run)
-        busy = 0
+        ) as pool:
+            await _serve(sock, nursery, opts, config, backend, pool, fetcher, address)
 
-        def hello() -> WorkerHello:
-            return WorkerHello(
-                worker_id=worker_id, pid=os.getpid(), slots=config.inference.concurrency, isolation=pool.isolation,
-                backend=backend.name, policy_version=batcher.policy_version,
-            )
 
-        await sock.send(hello())
+async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetcher: PolicyFetcher, address: str) -> None:
+    """Hello, then every task until Shutdown: the worker once its backend and sandbox pool are up."""
+    from actors.agent import play_episode
+    from actors.designer import design_environment
+    from actors.inference.batcher import Batcher
 
-        async def heartbeat() -> None:
-            beats = 0
-            while True:
-                await sock.send(Heartbeat(worker_id=worker_id, policy_version=batcher.policy_version, busy=busy))
-                beats += 1
-                if beats % 15 == 0:  # a line in the worker's log now and then: is the batcher batching?
-                    st = batcher.statistics()
-                    mean = st.requests / st.batches if st.batches else 0.0
-                    print(f"[{worker_id}] v{st.policy_version} batches {st.batches} (mean size {mean:.1f}), tokens {st.tokens_generated}, generating {st.busy_seconds:.0f} s, {busy} tasks running", flush=True)
-                await trio.sleep(config.worker.heartbeat_s)
+    worker_id = opts.worker_id
+    batcher = Batcher(backend, max_batch=config.inference.max_batch, wait_s=config.inference.batch_wait_s)
+    await nursery.start(batcher.run)
+    follower = PolicyFollower(fetcher, batcher.request_weights, worker_id, loaded=batcher.policy_version)
+    nursery.start_soon(follower.run)
+    busy = 0
 
-        async def run_task(task) -> None:
-            nonlocal busy
-            busy += 1
-            common = dict(batcher=batcher, pool=pool, tokenizer=backend.tokenizer, play_config=config.play, worker_id=worker_id)
-            try:
-                if isinstance(task, DesignTask):
-                    result = await design_environment(task, **common)
-                else:
-                    result = await play_episode(task, **common)
-            except Exception as exc:  # isolation boundary: one task fails, the worker goes on
-                detail = "".join(traceback.format_exception_only(exc)).strip()
-                print(f"[{worker_id}] task {task.task_id} failed: {detail}", file=sys.stderr, flush=True)
-                traceback.print_exc()
-                result = TaskFailed(task_id=task.task_id, worker_id=worker_id, reason=detail[:2000])
-            finally:
-                busy -= 1
-            await sock.send(result)
+    def hello() -> WorkerHello:
+        return WorkerHello(
+            worker_id=worker_id, pid=os.getpid(), slots=config.inference.concurrency, isolation=pool.isolation,
+            backend=backend.name, policy_version=batcher.policy_version,
+        )
 
-        with trio.move_on_after(config.worker.connect_timeout_s) as waiting:
-            try:
-                first = await sock.receive()  # the engine answers every hello
-            except ProtocolError:
-                first = None  # somebody answered, if not well
-        if waiting.cancelled_caught:
-            raise NoEngine(f"no engine answered at {address or paths.worker_address} within {config.worker.connect_timeout_s:.0f} s (is `up` running for {run_dir}?)")
-        nursery.start_soon(heartbeat)
-        nursery.start_soon(cancel_on_sigterm, nursery.cancel_scope)
-        if (pid := engine_pid()) is not None:
-            nursery.start_soon(cancel_when_engine_gone, pid, nursery.cancel_scope, f"worker {worker_id}")
-        pending = [first] if first is not None else []
+    await sock.send(hello())
+
+    async def heartbeat() -> None:
+        beats = 0
         while True:
-            try:
-                message = pending.pop() if pending else await sock.receive()
-            except ProtocolError as exc:
-                print(f"[{worker_id}] ignoring a malformed message from the engine: {exc}", file=sys.stderr, flush=True)
-                continue
-            match message:
-                case DesignTask() | PlayTask():
-                    nursery.start_soon(run_task, message)
-                case PolicyUpdate(version=version, path=path):
+            await sock.send(Heartbeat(worker_id=worker_id, policy_version=batcher.policy_version, busy=busy))
+            beats += 1
+            if beats % 15 == 0:  # a line in the worker's log now and then: is the batcher batching?
+                st = batcher.statistics()
+                mean = st.requests / st.batches if st.batches else 0.0
+                print(f"[{worker_id}] v{st.policy_version} batches {st.batches} (mean size {mean:.1f}), tokens {st.tokens_generated}, generating {st.busy_seconds:.0f} s, {busy} tasks running", flush=True)
+            await trio.sleep(config.worker.heartbeat_s)
+
+    async def run_task(task) -> None:
+        nonlocal busy
+        await follower.ready()  # a policy version being fetched over the wire: play it, not the one before
+        busy += 1
+        common = dict(batcher=batcher, pool=pool, tokenizer=backend.tokenizer, play_config=config.play, worker_id=worker_id)
+        try:
+            if isinstance(task, DesignTask):
+                result = await design_environment(task, **common)
+            elif task.code.startswith(REASONING_GYM_PREFIX):  # a Reasoning-Gym problem (RLVE, rg-hard eval): no sandbox
+                from actors.evaluation.rg_play import play_reasoning_gym
+
+                result = await play_reasoning_gym(task, **common)
+            else:
+                result = await play_episode(task, **common)
+        except Exception as exc:  # isolation boundary: one task fails, the worker goes on
+            detail = "".join(traceback.format_exception_only(exc)).strip()
+            print(f"[{worker_id}] task {task.task_id} failed: {detail}", file=sys.stderr, flush=True)
+            traceback.print_exc()
+            result = TaskFailed(task_id=task.task_id, worker_id=worker_id, reason=detail[:2000])
+        finally:
+            busy -= 1
+        await sock.send(result)
+
+    with trio.move_on_after(config.worker.connect_timeout_s) as waiting:
+        try:
+            first = await sock.receive()  # the engine answers every hello
+        except ProtocolError:
+            first = None  # somebody answered, if not well
+    if waiting.cancelled_caught:
+        raise NoEngine(f"no engine answered at {address} within {config.worker.connect_timeout_s:.0f} s (is `up` running for {opts.run_dir}?)")
+    nursery.start_soon(heartbeat)
+    nursery.start_soon(cancel_on_sigterm, nursery.cancel_scope)
+    if (pid := engine_pid()) is not None:
+        nursery.start_soon(cancel_when_engine_gone, pid, nursery.cancel_scope, f"worker {worker_id}")
+    pending = [first] if first is not None else []
+    while True:
+        try:
+            message = pending.pop() if pending else await sock.receive()
+        except ProtocolError as exc:
+            print(f"[{worker_id}] ignoring a malformed message from the engine: {exc}", file=sys.stderr, flush=True)
+            continue
+        match message:
+            case DesignTask() | PlayTask():
+                nursery.start_soon(run_task, message)
+            case ValidateTask():  # a design claimed valid, validated again before it is played
+                from actors.revalidate import answer_validation
+
+                nursery.start_soon(answer_validation, sock, message, pool, config, worker_id)
+            case PolicyUpdate(version=version, path=path):
+                if wants_fetch(path, opts.fetch_policy):
+                    follower.want(version)  # not on this machine: over the wire (actors/remote.py)
+                else:
                     batcher.request_weights(version, path)
-                case HelloAgain():  # an engine that does not know us (it restarted): join it
-                    print(f"[{worker_id}] the engine asked for a new hello (it restarted?); joining again", flush=True)
-                    await sock.send(hello())
-                case Shutdown():
-                    await sock.send(WorkerBye(worker_id=worker_id))
-                    nursery.cancel_scope.cancel()
-                    return
-
-
-def _connect_address(bound: str) -> str:
-    """The address to connect to for a bind address (a wildcard host becomes this host)."""
-    return bound.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
+            case PolicyManifest() | PolicyChunk() | FetchFailed():
+                fetcher.deliver(message)
+            case HelloAgain():  # an engine that does not know us (it restarted): join it
+                print(f"[{worker_id}] the engine asked for a new hello (it restarted?); joining again", flush=True)
+                await sock.send(hello())
+            case Shutdown():
+                await sock.send(WorkerBye(worker_id=worker_id))
+                nursery.cancel_scope.cancel()
+                return
 
 
 def main(argv: list[str] | None = None, prog: str = "actors.worker") -> int:
     """The worker's command line, for `python -m actors.worker` (started by `up`) and `bin/spade-engine worker`."""
-    parser = argparse.ArgumentParser(prog=prog, description="A SPADE rollout worker: attaches to a running engine.")
-    parser.add_argument("--run-dir", required=True)
+    parser = argparse.ArgumentParser(prog=prog, description="A SPADE rollout worker: attaches to a running engine, on this machine or another.")
+    parser.add_argument("--run-dir", default=None, help="the run directory (same machine); with --connect/--key: this worker's own folder")
     parser.add_argument("--worker-id", default="")
-    parser.add_argument("--connect", default=None, help="engine worker socket address (default: the run's ipc socket)")
+    parser.add_argument("--connect", default=None, help="engine worker socket address (default: the run's socket, or the --key file's)")
+    parser.add_argument("--key", default=None, help=f"the run's {WORKER_FILE} (RUN_DIR/keys/ on the engine's machine): needed for a tcp socket")
+    parser.add_argument("--fetch-policy", action="store_true", help="take the config and every policy version over the wire even where their paths exist here")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the engine's first answer (remote)")
     args = parser.parse_args(argv)
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "config.toml").is_file():
+    run_dir = Path(args.run_dir).resolve() if args.run_dir else None
+    remote_flags = args.connect or args.key or args.fetch_policy
+    if run_dir is None and not remote_flags:
+        print("error: give --run-dir RUN_DIR (same machine) or --connect tcp://HOST:PORT --key FILE (another machine)", file=sys.stderr)
+        return 2
+    if run_dir is not None and not remote_flags and not (run_dir / "config.toml").is_file():
         print(f"error: {run_dir} is not a run directory (no config.toml)", file=sys.stderr)
         return 2
     worker_id = args.worker_id or f"w-{uuid.uuid4().hex[:6]}"
+    if len(worker_id) > 128:
+        print("error: --worker-id is longer than 128 characters", file=sys.stderr)
+        return 2
+    key = Path(args.key).resolve() if args.key else None
+    if key is not None and key.is_file() and not key_is_private(key):
+        print(f"warning: {key} can be read by other users: chmod 600 it", file=sys.stderr)
+    opts = WorkerOptions(run_dir=run_dir, worker_id=worker_id, address=args.connect, key=key, fetch_policy=args.fetch_policy, timeout_s=args.timeout)
     try:
-        trio.run(run_worker, run_dir, worker_id, args.connect)
+        trio.run(run_worker, opts)
     except BaseException as exc:  # trio wraps what its tasks raised in exception groups
         leaves = leaf_exceptions(exc)
         if any(isinstance(e, KeyboardInterrupt) for e in leaves):
             return 130
-        missing = [e for e in leaves if isinstance(e, NoEngine)]
-        if missing and len(missing) == len(leaves):
-            print(f"error: {missing[0]}", file=sys.stderr)
-            return 1
+        ours = [e for e in leaves if isinstance(e, SpadeError)]
+        if ours and len(ours) == len(leaves):
+            print(f"error: {ours[0]}", file=sys.stderr)
+            return ours[0].exit_code
         raise
     return 0
 

@@ -1,7 +1,8 @@
 """Training batches: what a step trains on, how it is recorded, and how a stored batch is read back.
 
 Batch i of a run is trained by policy version i and makes version i + 1 (`BatchRecord.version` is that i). A
-step's agent samples carry their advantage (z-score within each (environment, arm) group); samples staler than
+step's agent samples (its unhinted plays; the hinted ones too with `play.train_hint_plays`) carry their advantage
+(z-score within each (environment, arm) group); samples staler than
 `run.max_staleness` versions when their batch trains are dropped and counted (`drop_stale`); the designer
 samples whose reward fell due at the step join them (engine/designer_queue.py).
 """
@@ -21,12 +22,13 @@ class MissingTrajectory(InputError):
     """A stored batch names a trajectory that is not in the store (a damaged store)."""
 
 
-def agent_samples(plays: list[PlayResult]) -> tuple[list[Sample], int]:
-    """The agent samples of a step's plays with their advantages, and how many groups had zero variance."""
-    groups = returns_by_group(plays)
+def agent_samples(plays: list[PlayResult], *, train_hint: bool = True) -> tuple[list[Sample], int]:
+    """The agent samples of a step's plays with their advantages, and how many groups had zero variance; without
+    `train_hint` (`play.train_hint_plays`, off as in the reference) the hinted plays give no sample."""
+    groups = {key: returns for key, returns in returns_by_group(plays).items() if train_hint or key[1] != "hint"}
     members: dict[tuple[str, str], list[PlayResult]] = {key: [] for key in groups}
     for play in plays:
-        if play.status != "failed":
+        if play.status != "failed" and (play.env_id, play.arm) in members:
             members[(play.env_id, play.arm)].append(play)
     samples, zero_groups = [], 0
     for key, returns in groups.items():

@@ -1,11 +1,15 @@
 """`bin/spade-engine`: the command line.
 
-    bin/spade-engine up [--steps N] [--preset default|paper] [--config FILE] [--set section.key=value ...]
+    bin/spade-engine up [--steps N] [--preset NAME[,NAME...]] [--config FILE] [--set section.key=value ...]
                         [--model DIR] [--corpus FILE|DIR] [--run-dir DIR]
     bin/spade-engine worker --run-dir DIR          attach one more rollout worker to a running engine
+    bin/spade-engine worker --connect tcp://HOST:PORT --key FILE   the same from another machine (no run directory)
+    bin/spade-engine eval MODEL_OR_RUN_DIR [...] --suite rg-hard|math|science|code|envs   held-out evaluation
     bin/spade-engine validate FILE.py [--json]     validate an environment in the sandbox (exit 0 valid, 1 not)
     bin/spade-engine play FILE.py [--seed S] [--hint TEXT] [ACTION ...]
     bin/spade-engine replay RUN_DIR [--step N] [--role agent|designer] [--env ID] [--limit N]
+    bin/spade-engine replay RUN_DIR --export FILE | --rescore [--set reward.K=V] | --train [--steps A:B] [--objective NAME]
+    bin/spade-engine inspect RUN_DIR [--env ID | --trajectory KEY] [--skill S] [--verdict valid|rejected] [--sort FIELD]
     bin/spade-engine report RUN_DIR                plots and tables of a run in RUN_DIR/report.html
 
 Imports stay light until a subcommand needs more, so `--help` answers at once. Everything a user can cause is a
@@ -49,8 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="run self-play (engine, learner and rollout workers)")
     up.add_argument("--steps", type=int, help="training steps (run.steps)")
-    up.add_argument("--preset", default="default", help="default (sized for 2 CPU cores) or paper (the paper's schedule)")
+    up.add_argument(
+        "--preset", default="default",
+        help="default (sized for 2 CPU cores), paper (the paper's schedule and the reference's choices), or an "
+        "ablation overlay: no-corpus, no-memory, frozen-designer, solve-rate, learning-progress, two-skills, "
+        "fixed-envs (with --set curriculum.fixed_envs=DIR); the baseline rlve (fixed environments, RLVE "
+        "difficulty); tool-use (the tool-use setting's schedule); join with commas, e.g. paper,no-memory",
+    )
     up.add_argument("--config", help="a TOML file of config sections")
+    up.add_argument("--setting", choices=["games", "tool-use"], help="games (default) or tool-use: the designer writes "
+                    "tool APIs and instructions, the agent calls tools (curriculum.setting, and the tool-use skills)")
     up.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override one config value")
     up.add_argument("--model", help="a local Hugging Face model folder (default: the embedded SmolLM2-135M-Instruct)")
     up.add_argument("--corpus", help="JSONL with `text`/`orig_doc`, or a folder of .txt files (default: shipped corpus)")
@@ -60,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Its arguments are the worker's own (actors/worker.py parses them): `main` hands them over untouched.
     sub.add_parser("worker", add_help=False, help="attach an extra rollout worker to a running engine (worker --help)")
+    # Likewise `eval` (actors/evaluation/cli.py parses its arguments).
+    sub.add_parser("eval", add_help=False, help="evaluate models or run checkpoints on a held-out suite, side by side (eval --help)")
 
     validate = sub.add_parser("validate", help="validate an environment file in the sandbox")
     validate.add_argument("file")
@@ -74,19 +88,43 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="write RUN_DIR/report.html (plots and tables of a run)")
     report.add_argument("run_dir")
 
-    replay = sub.add_parser("replay", help="print stored trajectories of a run from LMDB")
+    replay = sub.add_parser("replay", help="read a run back from LMDB: print, --export, --rescore or --train it again")
     replay.add_argument("run_dir")
-    replay.add_argument("--step", type=int, default=None)
+    mode = replay.add_mutually_exclusive_group()
+    mode.add_argument("--export", metavar="FILE", help="every record with every field to FILE.jsonl (or FILE.parquet, with pyarrow)")
+    mode.add_argument("--rescore", action="store_true", help="recompute rewards, advantages and metrics from the plays (with --set reward.*)")
+    mode.add_argument("--train", action="store_true", help="train the stored batches again into new checkpoints (needs torch)")
+    replay.add_argument("--step", type=int, default=None, help="print: only this step's trajectories")
     replay.add_argument("--role", choices=["agent", "designer"], default=None)
     replay.add_argument("--env", default=None)
     replay.add_argument("--limit", type=int, default=20)
     replay.add_argument("--tokens", action="store_true", help="also decode the token ids (needs the run's model)")
+    replay.add_argument("--steps", metavar="A:B", help="--train: the steps whose batches to train (both included; A: to the end)")
+    replay.add_argument("--objective", action="append", default=[], metavar="NAME", help="--train: run (the run's own), decoupled_ppo, tis or icepop; repeatable")
+    replay.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="--rescore: reward.* and play.*; --train: learner.*")
+    replay.add_argument("--out", help="--rescore: the JSONL file; --train: the folder (default: under RUN_DIR)")
+
+    inspect = sub.add_parser("inspect", help="list a run's environments, or show one environment or one trajectory")
+    inspect.add_argument("run_dir")
+    inspect.add_argument("--env", metavar="ID", help="show this environment: code, hint, passage, validation report, plays")
+    inspect.add_argument("--trajectory", metavar="KEY", help="show this trajectory (STEP/SAMPLE_ID or SAMPLE_ID) as a transcript")
+    inspect.add_argument("--skill", help="list: only this skill")
+    inspect.add_argument("--step", type=int, help="list: only environments made at this step")
+    inspect.add_argument("--verdict", choices=["valid", "rejected", "all"], default="all", help="list: valid or rejected designs")
+    inspect.add_argument("--source", choices=["designed", "seed", "all"], default="all")
+    inspect.add_argument("--sort", default="step", help="list: step, skill, regret, reward, win or verdict (--desc reverses)")
+    inspect.add_argument("--desc", action="store_true")
+    inspect.add_argument("--limit", type=int, default=0, help="list: at most this many rows (0: all)")
     report.add_argument("--out", help="write the report here instead of RUN_DIR/report.html (for a read-only run)")
     return parser
 
 
 def _overrides(args) -> list[str]:
     extra = list(args.set)
+    if getattr(args, "setting", None) == "tool-use":  # before --set, which may still change the skills
+        from engine.config_sections import TOOL_USE_SKILLS
+
+        extra[:0] = ['curriculum.setting="tool_use"', f"curriculum.skills={json.dumps(TOOL_USE_SKILLS)}"]
     if args.steps is not None:
         extra.append(f"run.steps={args.steps}")
     if args.model:
@@ -100,7 +138,11 @@ def _overrides(args) -> list[str]:
 
 def _resolve_paths(config) -> None:
     """The config's paths, relative to where the command was started (the processes of the run start elsewhere)."""
-    for section, key in (("model", "path"), ("curriculum", "corpus"), ("curriculum", "seeds"), ("inference", "script"), ("run", "run_dir")):
+    fields = (
+        ("model", "path"), ("curriculum", "corpus"), ("curriculum", "seeds"), ("curriculum", "fixed_envs"),
+        ("inference", "script"), ("run", "run_dir"), ("eval", "path"),
+    )
+    for section, key in fields:
         part = getattr(config, section)
         if getattr(part, key):
             setattr(part, key, str(user_path(getattr(part, key))))
@@ -142,7 +184,8 @@ def cmd_up(args) -> int:
 def _seeds(config):
     from engine.curriculum import SEEDS_DIR, load_seeds
 
-    return load_seeds(Path(config.curriculum.seeds) if config.curriculum.seeds else SEEDS_DIR)
+    default = SEEDS_DIR / "tool_use" if config.curriculum.setting == "tool_use" else SEEDS_DIR
+    return load_seeds(Path(config.curriculum.seeds) if config.curriculum.seeds else default)
 
 
 def _run_dir(text: str) -> RunPaths:
@@ -257,14 +300,49 @@ def cmd_report(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from engine.replay import replay_main
+    from engine import replay
 
-    _run_dir(args.run_dir)
-    args.run_dir = str(user_path(args.run_dir))
-    return replay_main(args)
+    paths = _run_dir(args.run_dir)
+    args.run_dir = str(paths.root)
+    mode = "--train" if args.train else "--rescore" if args.rescore else "--export" if args.export else ""
+    for option, given, modes in (("--steps", args.steps, ("--train",)), ("--objective", args.objective, ("--train",)),
+                                 ("--set", args.set, ("--train", "--rescore")), ("--out", args.out, ("--train", "--rescore"))):
+        if given and mode not in modes:
+            raise UsageError(f"{option} goes with {' or '.join(modes)}")
+    if args.export:
+        out = user_path(args.export)
+        check_writable_dir(out.parent, "export folder")
+        args.export = str(out)
+        return replay.export_main(args)
+    if args.rescore:
+        from engine.config import read_config_file
+
+        bad = [s for s in args.set if not s.startswith(("reward.", "play."))]
+        if bad:
+            raise UsageError(f"--set {bad[0]}: --rescore recomputes rewards, so it changes reward.* and play.* settings")
+        config = read_config_file(paths.config, args.set)
+        out = user_path(args.out) if args.out else paths.root / "rescore" / f"rescore-{config.reward.designer_reward}.jsonl"
+        check_writable_dir(out.parent, "rescore folder")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return replay.rescore_main(args, config, out)
+    if args.train:
+        out = user_path(args.out) if args.out else replay.default_train_out(paths)
+        check_writable_dir(out, "replay folder")
+        file = replay.export_train_batches(paths, args.steps, out)
+        from learner.replay import main as train_main  # torch: only for --train
+
+        extra = [x for o in args.objective for x in ("--objective", o)] + [x for s in args.set for x in ("--set", s)]
+        return train_main(["--batches", str(file), "--out", str(out), *extra])
+    return replay.print_main(args)
 
 
-COMMANDS = {"up": cmd_up, "validate": cmd_validate, "play": cmd_play, "replay": cmd_replay, "report": cmd_report}
+def cmd_inspect(args) -> int:
+    from engine.inspector import inspect_main
+
+    return inspect_main(_run_dir(args.run_dir), args)
+
+
+COMMANDS = {"up": cmd_up, "validate": cmd_validate, "play": cmd_play, "replay": cmd_replay, "inspect": cmd_inspect, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,6 +352,11 @@ def main(argv: list[str] | None = None) -> int:
             from actors.worker import main as worker_main
 
             return worker_main(argv[1:], prog="spade-engine worker")
+        if argv[:1] == ["eval"]:
+            from actors.evaluation.cli import main as eval_main
+            from engine.models import ensure_default_model
+
+            return eval_main(argv[1:], prog="spade-engine eval", default_model=lambda: str(ensure_default_model()))
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
         if extra and args.command == "play" and not any(x.startswith("--") for x in extra):

@@ -5,6 +5,9 @@
 - `load_corpus(path)`: JSONL with a `text` or `orig_doc` field, or a folder of `.txt` files; the shipped
   default is `engine/data/corpus.jsonl`.
 - `load_seeds()`: the hand-written environments in `actors/seeds/` with their hints.
+- `load_environment_folder(folder)`: a fixed pool of any size (`curriculum.fixed_envs`): every `.py` file, with
+  skill and hint from `manifest.json` where it lists the file; `pool_draw(...)` samples it without replacement
+  across refreshes (the reference's static pool), a new shuffled pass once it is used up.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 import msgspec
 
 from engine.contract import env_class_name
+from engine.errors import InputError
 from storage.records import EnvironmentRecord
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,13 +34,21 @@ SKILL_DESCRIPTIONS = {
     "Optimization": "finding optimal solutions under constraints",
     "Causal Inference": "discovering cause-effect relationships by intervention",
 }
+TOOL_USE_SKILL_DESCRIPTIONS = {  # the tool-use setting's skills (spade-reference.md §1)
+    "API Orchestration": "calling several APIs in the right order, feeding one's output into the next",
+    "Data Retrieval": "looking up the facts an instruction needs before acting on them",
+    "State Modification": "changing a backend's state exactly as instructed",
+    "Error Recovery": "noticing a failed or refused call and correcting it",
+    "Tool Selection": "choosing the right tool among distractors, and declining what no tool serves",
+    "Multi-Step Workflows": "carrying a task through several dependent steps",
+}
 
 
-class CorpusError(ValueError):
+class CorpusError(InputError, ValueError):
     """The corpus file or folder cannot be used; the message says why."""
 
 
-class SeedsError(ValueError):
+class SeedsError(InputError, ValueError):
     """The seed environments folder cannot be used; the message names the entry and what is wrong."""
 
 
@@ -53,7 +65,7 @@ class SeedEnvironment(msgspec.Struct, frozen=True):
 
 
 def skill_description(skill: str) -> str:
-    return SKILL_DESCRIPTIONS.get(skill, skill.lower())
+    return SKILL_DESCRIPTIONS.get(skill) or TOOL_USE_SKILL_DESCRIPTIONS.get(skill, skill.lower())
 
 
 def active_skills(skills: list[str], per_refresh: int, refresh_index: int) -> list[str]:
@@ -116,6 +128,30 @@ class PassageSampler:
             self._order = list(range(len(self._passages)))
             self._rng.shuffle(self._order)
         return self._passages[self._order.pop()]
+
+
+def load_environment_folder(folder: Path) -> list[SeedEnvironment]:
+    """Every `*.py` in `folder` as a fixed environment; `manifest.json`, if there, gives skills and hints (an
+    environment it does not list takes its slot's skill and has no hint)."""
+    if not folder.is_dir():
+        raise SeedsError(f"curriculum.fixed_envs: {folder} is not a folder of environment .py files")
+    listed = {Path(s.name).stem: s for s in load_seeds(folder)} if (folder / "manifest.json").exists() else {}
+    envs = [listed.get(path.stem) or SeedEnvironment(name=path.stem, skill="", code=path.read_text(), hint="")
+            for path in sorted(folder.glob("*.py"))]
+    if not envs:
+        raise SeedsError(f"curriculum.fixed_envs: {folder} holds no .py environments")
+    return envs
+
+
+def pool_draw(size: int, count: int, refresh_index: int, seed: int) -> list[int]:
+    """The pool indices refresh `refresh_index` plays (at most `size`): shuffled passes over the pool (pass p
+    shuffled by `seed` and p), each cut into size // count refreshes of distinct indices, so no index repeats within
+    a pass (the size % count left over at a pass's end wait for a later pass)."""
+    count = min(count, size)
+    number, within = divmod(refresh_index, size // count)
+    order = list(range(size))
+    random.Random(f"pool:{seed}:{number}").shuffle(order)
+    return order[within * count:(within + 1) * count]
 
 
 def load_seeds(folder: Path = SEEDS_DIR) -> list[SeedEnvironment]:

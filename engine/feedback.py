@@ -3,7 +3,9 @@
 - `close_window(store, reward, k, end_step, agent_samples_per_step)`: when the plays of step `end_step` are
   stored and the k-step window of the environments made at `end_step + 1 - k` is complete, compute each valid
   designed environment's reward (engine/rewards.py) from the agent returns of its window (an environment with no
-  plays at its refresh step, left over from an interrupted refresh, earns none), centre it per skill,
+  plays at its refresh step, left over from an interrupted refresh, earns none; one without a hint has regret 0;
+  one with a hung call in its window gets the hang penalty; learning_progress reads the skill EMAs rebuilt from
+  the stored rewards of the earlier windows), centre it per skill,
   store a `DesignerRewardRecord` for each, and return them with the designer samples to train on (due at
   `end_step + 1`).
 - `update_memory(store, curriculum, step, active, plays)`: after a refresh step, record each environment made
@@ -20,7 +22,17 @@ import msgspec
 from engine.config import CurriculumConfig, RewardConfig
 from engine.curriculum import ActiveEnv
 from engine.messages import PlayResult, Sample
-from engine.rewards import designer_advantages, designer_reward, designer_scale, mean, returns_by_group, win_rate
+from engine.plays import hung
+from engine.rewards import (
+    designer_advantages,
+    designer_reward,
+    designer_scale,
+    mean,
+    progress_baselines,
+    returns_by_group,
+    win_rate,
+    window_win_rate,
+)
 from storage.memory import evicted
 from storage.records import DesignerRewardRecord, MemoryRecord
 from storage.store import Store
@@ -43,6 +55,7 @@ def close_window(store: Store, reward: RewardConfig, k: int, end_step: int, agen
     returns: dict[tuple[str, int, str], list[float]] = defaultdict(list)  # (env, step, arm) -> agent returns
     designer_samples: dict[str, Sample] = {}
     played: set[str] = set()  # environments with plays at their refresh step, failed ones included
+    hangs: set[str] = set()  # environments with a hung call in the window
     for step in range(env_step, end_step + 1):
         for t in store.trajectories(step):
             if t.role == "designer" and step == env_step:
@@ -50,6 +63,8 @@ def close_window(store: Store, reward: RewardConfig, k: int, end_step: int, agen
             elif t.role == "agent" and t.env_id in wanted:
                 if step == env_step:
                     played.add(t.env_id)
+                if hung(t):
+                    hangs.add(t.env_id)
                 if t.status != "failed":
                     returns[(t.env_id, step, t.arm)].append(t.episode_return)
     # A valid design that was never played (left over from an interrupted refresh that was redone) earns nothing.
@@ -57,15 +72,17 @@ def close_window(store: Store, reward: RewardConfig, k: int, end_step: int, agen
     if not envs:
         return []
     window = range(env_step, end_step + 1)
+    baselines = _progress_baselines(store, reward, env_step, envs, returns, window)
     rows = []
     for env in envs:
         first_hint, first_no_hint = returns[(env.env_id, env_step, "hint")], returns[(env.env_id, env_step, "no_hint")]
+        hint_all = [x for s in window for x in returns[(env.env_id, s, "hint")]]
+        no_hint_all = [x for s in window for x in returns[(env.env_id, s, "no_hint")]]
+        if not env.hint:  # every hint call failed: nothing was measured, regret 0 (the reference)
+            first_hint, hint_all = first_no_hint, no_hint_all
         raw, regret, win = designer_reward(
-            reward,
-            hint_returns_first=first_hint,
-            no_hint_returns_first=first_no_hint,
-            hint_returns_all=[x for s in window for x in returns[(env.env_id, s, "hint")]],
-            no_hint_returns_all=[x for s in window for x in returns[(env.env_id, s, "no_hint")]],
+            reward, hint_returns_first=first_hint, no_hint_returns_first=first_no_hint, hint_returns_all=hint_all,
+            no_hint_returns_all=no_hint_all, hung=env.env_id in hangs, baseline=baselines.get(env.skill, 0.0),
         )
         rows.append((env, raw, regret, win, mean(first_hint), mean(first_no_hint)))
     scale = designer_scale(reward, agent_samples_per_step, len(rows), k)
@@ -88,6 +105,16 @@ def close_window(store: Store, reward: RewardConfig, k: int, end_step: int, agen
     return out
 
 
+def _progress_baselines(store: Store, reward: RewardConfig, env_step: int, envs, returns, window) -> dict[str, float]:
+    """learning_progress: mu_slow per skill after this window, from the stored rewards of the earlier windows."""
+    if reward.designer_reward != "learning_progress":
+        return {}
+    history = [(r.env_step, r.skill, r.win_rate) for r in store.designer_rewards() if r.variant == "learning_progress" and r.env_step < env_step]
+    for env in envs:
+        history.append((env_step, env.skill, window_win_rate(reward, [x for s in window for x in returns[(env.env_id, s, "no_hint")]])))
+    return progress_baselines(history, reward.progress_gamma)
+
+
 def update_memory(store: Store, curriculum: CurriculumConfig, step: int, active: list[ActiveEnv], plays: list[PlayResult]) -> None:
     """Remember the environments made at this refresh with how their plays went; evict past capacity."""
     by_env = returns_by_group(plays)
@@ -96,11 +123,12 @@ def update_memory(store: Store, curriculum: CurriculumConfig, step: int, active:
             if not env.designed_now:
                 continue
             no_hint = by_env.get((env.env_id, "no_hint"), [])
+            hint = by_env.get((env.env_id, "hint"), no_hint)  # no hinted plays (no hint): regret 0
             batch.put_memory(
                 MemoryRecord(
                     env_id=env.env_id, skill=env.skill, name=env.class_name, code=env.code[: curriculum.example_code_chars],
-                    win_rate=win_rate(no_hint), regret=mean(by_env.get((env.env_id, "hint"), [])) - mean(no_hint),
-                    step=step, source="designed",
+                    win_rate=win_rate(no_hint), regret=mean(hint) - mean(no_hint),
+                    step=step, source="designed", setting=curriculum.setting,
                 )
             )
     drop = evicted(list(store.memory()), curriculum.memory_capacity)

@@ -17,6 +17,8 @@ from pathlib import Path
 import trio
 
 ENGINE_PID_ENV = "SPADE_ENGINE_PID"
+# The per-run secret the engine gives its learner child, which says it in its LearnerHello (engine/auth.py).
+LEARNER_TOKEN_ENV = "SPADE_LEARNER_TOKEN"
 
 
 def engine_pid() -> int | None:

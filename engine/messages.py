@@ -7,23 +7,26 @@ Sockets (engine binds both, see engine/transport.py):
   `EngineToLearner`.
 
 Token data travels as raw little-endian bytes (int32 ids, uint8 mask, float32 log-probs, int32 versions); use
-the `pack_*` / `unpack_*` helpers at the end of this module to convert, and `check_sample` to check that a
-sample's arrays line up. A peer that sends bytes that do not decode into the
+the `pack_*` / `unpack_*` helpers at the end of this module to convert, `check_sample` to check that a
+sample's arrays line up and `sample_problem` that its values are sane. A peer that sends bytes that do not decode into the
 socket's union gets a `ProtocolError` naming the problem (engine/transport.py), never a crash of the engine.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 import numpy as np
 
 Role = Literal["designer", "agent"]
 # The tool-use setting (the designer writes tool specs and user instructions, the agent calls tools, tool
-# results come back as `tool`-role messages) travels on the same messages; only "games" is implemented yet.
+# results come back as `tool`-role messages) travels on the same messages (actors/tool_use; `up --setting tool-use`).
 Setting = Literal["games", "tool_use"]
 Arm = Literal["no_hint", "hint", "design"]
+# Names a peer chooses are bounded, so a log line never echoes a huge one (a longer id does not decode).
+WorkerId = Annotated[str, msgspec.Meta(max_length=128)]
+Slots = Annotated[int, msgspec.Meta(ge=1, le=65536)]
 
 
 class _Msg(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -68,23 +71,23 @@ class TurnRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 # ---------------------------------------------------------------- worker -> engine
 class WorkerHello(_Msg, tag="worker_hello"):
-    worker_id: str
+    worker_id: WorkerId
     pid: int
-    slots: int
+    slots: Slots
     isolation: str
     backend: str
     policy_version: int
 
 
 class Heartbeat(_Msg, tag="heartbeat"):
-    worker_id: str
+    worker_id: WorkerId
     policy_version: int
     busy: int
 
 
 class DesignResult(_Msg, tag="design_result"):
     task_id: str
-    worker_id: str
+    worker_id: WorkerId
     skill: str
     passage_id: str
     attempt: int
@@ -101,7 +104,7 @@ class DesignResult(_Msg, tag="design_result"):
 
 class PlayResult(_Msg, tag="play_result"):
     task_id: str
-    worker_id: str
+    worker_id: WorkerId
     env_id: str
     arm: Arm
     seed: int
@@ -116,15 +119,48 @@ class PlayResult(_Msg, tag="play_result"):
 
 class TaskFailed(_Msg, tag="task_failed"):
     task_id: str
-    worker_id: str
+    worker_id: WorkerId
     reason: str
 
 
 class WorkerBye(_Msg, tag="worker_bye"):
-    worker_id: str
+    worker_id: WorkerId
 
 
-WorkerToEngine = WorkerHello | Heartbeat | DesignResult | PlayResult | TaskFailed | WorkerBye
+# A worker with no shared filesystem (engine/policy_transfer.py serves, actors/remote.py fetches): it asks for the
+# run's config first, then each policy version it needs as a manifest and its files chunk by chunk. Version 0 is
+# the base model. Answered to any peer that reached the socket, before its hello too (it joins once loaded).
+class FetchRunInfo(_Msg, tag="fetch_run_info"):
+    worker_id: WorkerId
+
+
+class FetchManifest(_Msg, tag="fetch_manifest"):
+    version: int
+
+
+class FetchChunk(_Msg, tag="fetch_chunk"):
+    version: int
+    file: str  # a name from the version's manifest
+    offset: int  # the engine answers up to the manifest's chunk size from here
+    # The tickets of the chunks received since the last request: the engine sends a peer only a few chunks it has
+    # not shown it read, so a peer that asks and never reads cannot pile them up in the engine's memory.
+    receipts: Annotated[list[int], msgspec.Meta(max_length=64)] = []
+
+
+class ValidateResult(_Msg, tag="validate_result"):
+    """The answer to a `ValidateTask`: the validator's verdict on the design, in the worker's sandbox."""
+
+    task_id: str
+    worker_id: WorkerId
+    env_id: str
+    valid: bool
+    reason: str  # "" when valid; else the first failed check
+    checks: list[tuple[str, bool, str]]
+    sandbox: Literal["other_worker", "fresh_process"]  # not the author; or the author, in a sandbox process of its own
+    seconds: float
+
+
+WorkerToEngine = WorkerHello | Heartbeat | DesignResult | PlayResult | TaskFailed | WorkerBye | FetchRunInfo | FetchManifest | FetchChunk | ValidateResult
 
 
 # ---------------------------------------------------------------- engine -> worker
@@ -167,7 +203,52 @@ class HelloAgain(_Msg, tag="hello_again"):
     WorkerHello again to (re)join."""
 
 
-EngineToWorker = DesignTask | PlayTask | PolicyUpdate | HelloAgain | Shutdown
+class RunInfo(_Msg, tag="run_info"):
+    config: str  # the run's resolved config.toml
+    model_path: str  # the base model's folder on the engine's host (a worker that sees it loads it from there)
+    policy_version: int
+    policy_path: str  # on the engine's host
+
+
+class PolicyFile(msgspec.Struct, frozen=True, kw_only=True):
+    name: str  # relative to the version's folder
+    size: int
+    sha256: str  # hex
+
+
+class PolicyManifest(_Msg, tag="policy_manifest"):
+    version: int
+    files: list[PolicyFile]  # a LoRA version holds only the adapter's files
+    chunk_bytes: int  # what one FetchChunk returns (less at the end of a file)
+
+
+class PolicyChunk(_Msg, tag="policy_chunk"):
+    version: int
+    file: str
+    offset: int
+    data: bytes  # shorter than the chunk size only at the end of the file
+    ticket: int  # to return in a later FetchChunk's receipts
+
+
+class FetchFailed(_Msg, tag="fetch_failed"):
+    version: int
+    reason: str  # e.g. the version was pruned (learner.keep_policies): fetch the newest one instead
+
+
+class ValidateTask(_Msg, tag="validate_task"):
+    """Validate a design another worker (`author`) claimed valid, before it is played (engine/revalidate.py). The
+    author itself, when it gets the task (the only worker), validates in a fresh sandbox process."""
+
+    task_id: str
+    env_id: str
+    skill: str
+    code: str
+    hint: str  # "" when the design has no hint
+    author: WorkerId
+    step: int
+
+
+EngineToWorker = DesignTask | PlayTask | PolicyUpdate | HelloAgain | Shutdown | RunInfo | PolicyManifest | PolicyChunk | FetchFailed | ValidateTask
 
 
 # ---------------------------------------------------------------- learner -> engine
@@ -175,6 +256,9 @@ class LearnerHello(_Msg, tag="learner_hello"):
     pid: int
     policy_version: int
     policy_path: str
+    # The secret the engine gave its learner (engine.lifeline.LEARNER_TOKEN_ENV): only the hello that carries it is
+    # taken, and later learner messages only from the identity that sent it (engine/auth.py).
+    token: str = ""
 
 
 class PolicyPublished(_Msg, tag="policy_published"):
@@ -240,3 +324,70 @@ def check_sample(sample: Sample) -> None:
     for name, length in lengths.items():
         if length != n:
             raise ValueError(f"sample {sample.sample_id}: {name} has {length} entries for {n} tokens")
+
+
+# A behaviour log-prob above 0 by more than float32 rounding is not a log-probability.
+LOGPROB_TOLERANCE = 1e-4
+
+
+def sample_problem(sample: Sample, *, vocab_size: int | None = None, max_version: int | None = None) -> str | None:
+    """What is wrong with a sample's values, or None: its arrays line up (`check_sample`); token ids lie in
+    [0, vocab_size); the loss mask is 0 or 1; log-probs are finite, and <= 0 (within LOGPROB_TOLERANCE) on masked
+    tokens; versions lie in [-1, max_version]; reward, advantage and temperature are finite. The engine asks it of
+    every result a worker sends (engine/result_checks.py), the learner of every batch (learner/guards.py)."""
+    try:
+        check_sample(sample)
+    except ValueError as exc:
+        return str(exc)[:200]
+    for name in ("reward", "advantage", "temperature"):
+        if not np.isfinite(getattr(sample, name)):
+            return f"sample {name} is {getattr(sample, name)}, not a finite number"
+    ids, mask = unpack_ints(sample.tokens), unpack_mask(sample.loss_mask)
+    if not len(ids):
+        return None
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or (vocab_size is not None and high >= vocab_size):
+        return f"token id {low if low < 0 else high} is outside the model's vocabulary [0, {vocab_size})"
+    if int(mask.max()) > 1:
+        return f"loss mask holds {int(mask.max())}, not only 0 and 1"
+    logprobs = unpack_floats(sample.logprobs)
+    if not np.isfinite(logprobs).all():
+        return "a behaviour log-prob is not finite"
+    sampled = logprobs[mask == 1]
+    if len(sampled) and float(sampled.max()) > LOGPROB_TOLERANCE:
+        return f"a behaviour log-prob on a sampled token is {float(sampled.max()):.4g} > 0"
+    versions = unpack_ints(sample.versions)
+    if int(versions.min()) < -1 or (max_version is not None and int(versions.max()) > max_version):
+        return f"policy versions span [{int(versions.min())}, {int(versions.max())}], outside [-1, {max_version}]"
+    return None
+
+
+# ---------------------------------------------------------------- Reasoning-Gym problems inside a PlayTask
+# A PlayTask whose `code` starts with REASONING_GYM_PREFIX carries, after it, a `ReasoningGymTask` as JSON: a
+# Reasoning-Gym problem (a trusted library, not model-written code) that the worker plays and scores outside the
+# sandbox (actors/evaluation/rg_play.py); the result is an ordinary PlayResult. Used by the RLVE baseline
+# (engine/rlve.py) and by the in-loop rg-hard evaluation (engine/evaluation.py). The prefix is a Python comment.
+REASONING_GYM_PREFIX = "# reasoning-gym task\n"
+
+
+class ReasoningGymTask(msgspec.Struct, frozen=True, kw_only=True):
+    dataset: str
+    params: dict = {}  # keyword arguments of reasoning_gym.create_dataset (the rg-hard configuration)
+    difficulty: int = -1  # >= 0: the dataset's curriculum with every attribute at this level (capped); params ignored
+    seed: int = 42  # the dataset's seed
+    size: int = 1  # the dataset's size
+    index: int = 0  # the entry played
+    max_turns: int = 2  # a reply without <answer></answer> tags gets one format reminder while turns are left
+    max_tokens: int = 0  # new tokens per turn; 0: play.agent_max_tokens
+    temperature: float = -1.0  # < 0: play.agent_temperature
+
+
+def encode_reasoning_gym_task(task: ReasoningGymTask) -> str:
+    return REASONING_GYM_PREFIX + msgspec.json.encode(task).decode()
+
+
+def decode_reasoning_gym_task(code: str) -> ReasoningGymTask | None:
+    """The Reasoning-Gym problem a PlayTask's code names, or None for environment code."""
+    if not code.startswith(REASONING_GYM_PREFIX):
+        return None
+    return msgspec.json.decode(code[len(REASONING_GYM_PREFIX):], type=ReasoningGymTask)

@@ -1,8 +1,14 @@
 """What a step did, as one row of `metrics.jsonl` once its update lands, and the live view's line for it.
 
     row = step_metrics(StepOutcome(...), k=..., env_slots=..., isolation=...)   # plays, wins, samples, tokens
+    row["learnable_share_window"] = window_share(rows_by_step, first, step)     # the paper's Figure 6 share
     log = MetricsLog(paths.metrics)
     log.write(row, learner_metrics, policy_version)                             # when PolicyPublished arrives
+
+Learnable: an environment whose unhinted plays at the step won (return > 0) a share in [0.2, 0.8].
+`learnable_share` is per step over the environments played; `learnable_share_budget` counts every environment
+slot (a slot left empty is 0); `learnable_share_window` is the paper's (Figure 6): over the steps of the current
+`run.learnable_window`-step window so far, learnable environments over environment slots.
 """
 
 from __future__ import annotations
@@ -55,8 +61,11 @@ def step_metrics(o: StepOutcome, *, k: int, env_slots: int, isolation: str) -> d
         "win_rate_hint": win_rate(by_arm["hint"]),
         "mean_return_no_hint": mean(by_arm["no_hint"]),
         "mean_return_hint": mean(by_arm["hint"]),
-        "mean_regret": mean(by_arm["hint"]) - mean(by_arm["no_hint"]),
+        "mean_regret": mean(by_arm["hint"]) - mean(by_arm["no_hint"]) if by_arm["hint"] else 0.0,
+        "hint_plays": len(by_arm["hint"]),
         "learnable_share": mean([1.0 if learnable(w) else 0.0 for w in env_win]),
+        "learnable_envs": sum(1 for w in env_win if learnable(w)),
+        "learnable_share_budget": sum(1 for w in env_win if learnable(w)) / env_slots if env_slots else 0.0,
         "agent_samples": o.agent_samples,
         "designer_samples": o.designer_samples,
         "zero_variance_groups": o.zero_variance_groups,
@@ -67,6 +76,18 @@ def step_metrics(o: StepOutcome, *, k: int, env_slots: int, isolation: str) -> d
         "parse_rules": dict(parse_rules),
         "sandbox": isolation,
     }
+
+
+def window_share(rows: dict[int, dict], first: int, step: int) -> float:
+    """Learnable environments over environment slots across the steps first..step (rows by step; a step without
+    a row, e.g. one whose row a crash lost, is left out)."""
+    slots = learnable = 0
+    for s in range(first, step + 1):
+        row = rows.get(s)
+        if row is not None:
+            slots += row.get("env_slots", 0)
+            learnable += row.get("learnable_envs", 0)
+    return learnable / slots if slots else 0.0
 
 
 class MetricsLog:
@@ -87,6 +108,10 @@ class MetricsLog:
             except json.JSONDecodeError:
                 continue  # a line cut by a crash
         return rows
+
+    def step_rows(self) -> dict[int, dict]:
+        """The rows written so far, by step (the newest row of a step)."""
+        return {row["step"]: row for row in self._rows() if "step" in row}
 
     def write(self, step: int, stats: dict | None, learner: dict, policy_version: int) -> dict:
         row = {

@@ -4,6 +4,7 @@
   `$SPADE_ENGINE_CACHE` or `<repo>/.cache/models`.
 - `check_model_folder(path)`: raises `ModelError` with a one-line reason if the folder is not a Hugging Face
   causal-LM folder (config.json with a model type, weights, tokenizer files).
+- `read_vocab_size(path)`: the model's vocabulary size from its config.json (the bound of every token id).
 """
 
 from __future__ import annotations
@@ -49,6 +50,20 @@ def check_model_folder(path: str | Path) -> Path:
     if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")):
         raise ModelError(f"model path {folder} holds no tokenizer (tokenizer.json, tokenizer.model or vocab.json)")
     return folder.resolve()
+
+
+def read_vocab_size(path: str | Path) -> int | None:
+    """The model's vocabulary size (`vocab_size` in config.json, or in its `text_config`), without torch; None when
+    the folder or the field is missing. The engine bounds every token id a worker sends by it."""
+    try:
+        data = json.loads((Path(path).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for table in (data, data.get("text_config")) if isinstance(data, dict) else ():
+        value = table.get("vocab_size") if isinstance(table, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def ensure_default_model(say=print) -> Path:

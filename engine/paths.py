@@ -5,6 +5,10 @@
     run_dir/policy/vNNNNNN/    published policy versions    run_dir/checkpoints/    learner checkpoints
     run_dir/run.json           model path, isolation, start time, process ids
     run_dir/engine.lock        held (flock) by the engine while it runs; the kernel drops it when the engine dies
+    run_dir/keys/              CURVE keys of a tcp worker socket (owner-only): server.key, worker.key (engine/keys.py)
+
+Sockets: the learner's is always ipc; the workers' is ipc unless `worker.address` is tcp://HOST:PORT. The engine
+removes its ipc socket files when it closes them (engine/transport.py).
 """
 
 from __future__ import annotations
@@ -68,6 +72,24 @@ def check_writable_dir(path: Path, what: str) -> None:
     os.unlink(probe)
 
 
+def address_problem(name: str, address: str) -> str | None:
+    """Why `address` is not a ZeroMQ address we can bind or connect (tcp://HOST:PORT or ipc://PATH), or None
+    (empty: the run's default)."""
+    if not address:
+        return None
+    if address.startswith("ipc://") and len(address) > len("ipc://"):
+        return None
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    if address.startswith("tcp://") and host and port.isdigit() and 0 < int(port) < 65536:
+        return None
+    return f"{name} = {address!r} is not an address: use tcp://HOST:PORT (e.g. tcp://0.0.0.0:5555) or ipc://PATH, or leave it empty"
+
+
+def connect_address(bound: str) -> str:
+    """The address to connect to on this host for a bind address (a wildcard host becomes 127.0.0.1)."""
+    return bound.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
+
+
 class RunPaths:
     def __init__(self, run_dir: str | Path):
         self.root = Path(run_dir).resolve()
@@ -79,6 +101,7 @@ class RunPaths:
         self.checkpoints = self.root / "checkpoints"
         self.meta = self.root / "run.json"
         self.report = self.root / "report.html"
+        self.keys = self.root / "keys"
 
     def _ipc(self, name: str) -> str:
         # ipc paths are limited to ~107 bytes, so the socket lives in /tmp under a hash of the run directory.
@@ -92,6 +115,11 @@ class RunPaths:
     @property
     def learner_address(self) -> str:
         return self._ipc("learner")
+
+    @property
+    def ipc_files(self) -> list[Path]:
+        """The socket files of the run's ipc addresses (removed by the engine when it closes its sockets)."""
+        return [Path(a.removeprefix("ipc://")) for a in (self.worker_address, self.learner_address)]
 
     def policy_version_dir(self, version: int) -> Path:
         return self.policy / f"v{version:06d}"

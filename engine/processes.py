@@ -18,7 +18,7 @@ from pathlib import Path
 import trio
 
 from engine.errors import RunFailed
-from engine.lifeline import ENGINE_PID_ENV
+from engine.lifeline import ENGINE_PID_ENV, LEARNER_TOKEN_ENV
 from engine.paths import RunPaths
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,9 +36,10 @@ def log_tail(path: Path, lines: int = 15) -> str:
 
 
 class Child:
-    def __init__(self, name: str, argv: list[str], paths: RunPaths):
+    def __init__(self, name: str, argv: list[str], paths: RunPaths, env: dict[str, str] | None = None):
         self.name = name
         self.argv = argv
+        self.env = env or {}
         self.log = paths.logs / f"{name}.log"
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
@@ -47,6 +48,7 @@ class Child:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         env[ENGINE_PID_ENV] = str(os.getpid())  # the child stops if the engine dies (engine/lifeline.py)
+        env.update(self.env)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
@@ -75,8 +77,9 @@ def learner_command(python: str, run_dir: str | Path, world_size: int) -> list[s
     return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", str(world_size), *train]
 
 
-def learner_child(paths: RunPaths, world_size: int = 1) -> Child:
-    return Child("learner", learner_command(sys.executable, str(paths.root), world_size), paths)
+def learner_child(paths: RunPaths, world_size: int = 1, token: str = "") -> Child:
+    """`token`: the secret the learner says in its hello (engine/auth.py), passed in its environment."""
+    return Child("learner", learner_command(sys.executable, str(paths.root), world_size), paths, env={LEARNER_TOKEN_ENV: token})
 
 
 def worker_child(paths: RunPaths, worker_id: str) -> Child:

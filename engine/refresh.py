@@ -7,7 +7,12 @@
 Every slot gets a design task grounded on a fresh passage and on memory examples of its skill; failed slots are
 retried with new passages (`curriculum.design_attempts`); every attempt is stored, valid or rejected, with the
 validator's checks, and the designer's trajectory beside it. A slot left empty plays an earlier valid environment
-of its skill (`curriculum.reuse_valid_envs`, or always without a designer).
+of its skill (`curriculum.reuse_valid_envs`). With `curriculum.use_corpus = false` the designer gets no passage.
+Without a designer (`curriculum.design = false`) each refresh draws its environments without replacement from the
+fixed pool (`curriculum.fixed_envs`, or the seeds; engine/curriculum.py `pool_draw`).
+
+An environment with a hung call is retired (`retire`, with `curriculum.retire_hanging_envs`): it leaves the active
+list and is never reused; the store keeps it valid, its `reason` saying "retired: ...", so a resumed run knows.
 
 One id names three things of a design: the design task's `task_id` is the environment's `env_id` and the
 designer sample's `sample_id` (actors/designer.py), so the sample that wrote an environment is found from it.
@@ -18,13 +23,28 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import msgspec
 
 from engine.config import Config
 from engine.contract import env_class_name
-from engine.curriculum import ActiveEnv, PassageSampler, SeedEnvironment, active_skills, skill_description, slot_skills, truncate_words
-from engine.messages import DesignResult, DesignTask, TaskFailed
+from engine.curriculum import (
+    ActiveEnv,
+    Passage,
+    PassageSampler,
+    SeedEnvironment,
+    active_skills,
+    load_environment_folder,
+    pool_draw,
+    skill_description,
+    slot_skills,
+    truncate_words,
+)
+from engine.messages import DesignResult, DesignTask, PlayResult, TaskFailed
+from engine.plays import hung
+from engine.revalidate import revalidate_designs
+from engine.rlve import rlve_refresh
 from storage.memory import negative_lines, positive_examples
 from storage.records import EnvironmentRecord, MemoryRecord, TrajectoryRecord
 from storage.store import Store
@@ -48,7 +68,7 @@ def design_record(task: DesignTask, result: DesignResult | TaskFailed) -> Enviro
     """The stored environment of one design attempt; a failed task is a rejected design with the worker's reason."""
     common = dict(
         env_id=task.task_id, skill=task.skill, step_created=task.step, source="designed", passage_id=task.passage_id,
-        attempt=task.attempt, worker_id=result.worker_id, created_at=time.time(),
+        attempt=task.attempt, worker_id=result.worker_id, created_at=time.time(), setting=task.setting,
     )
     if isinstance(result, DesignResult):
         return EnvironmentRecord(
@@ -75,9 +95,13 @@ class Designs:
         self.store = store
         self.sampler = sampler
         self.rng = rng
+        self.seeds: list[SeedEnvironment] = []
+        self._pool: list[SeedEnvironment] | None = None  # the fixed pool, loaded at the first refresh without a designer
+        self.retired = {e.env_id for e in store.environments() if e.valid and e.reason.startswith("retired:")}
 
     def seed_memory(self, seeds: list[SeedEnvironment]) -> None:
         """Store the seed environments as valid and remember them (once; a resumed run finds them there)."""
+        self.seeds = list(seeds)
         existing = {r.env_id for r in self.store.memory()}
         with self.store.batch() as batch:
             for seed in seeds:
@@ -87,35 +111,36 @@ class Designs:
                         EnvironmentRecord(
                             env_id=env_id, skill=seed.skill, step_created=-1, source="seed", passage_id="", attempt=0,
                             code=seed.code, reply="", hint=seed.hint, valid=True, reason="", checks=[],
-                            designer_sample_id="", worker_id="", created_at=time.time(),
+                            designer_sample_id="", worker_id="", created_at=time.time(), setting=self.config.curriculum.setting,
                         )
                     )
                 if env_id not in existing:
                     batch.put_memory(
                         MemoryRecord(
                             env_id=env_id, skill=seed.skill, name=env_class_name(seed.code), code=seed.code,
-                            win_rate=0.5, regret=0.0, step=-1, source="seed",
+                            win_rate=0.5, regret=0.0, step=-1, source="seed", setting=self.config.curriculum.setting,
                         )
                     )
 
     def task(self, step: int, slot: int, skill: str, attempt: int, memory: list[MemoryRecord]) -> DesignTask:
         c = self.config.curriculum
-        passage = self.sampler.sample()
+        passage = self.sampler.sample() if c.use_corpus else Passage("", "")
         return DesignTask(
             task_id=design_id(step, slot, attempt),
             skill=skill,
             skill_description=skill_description(skill),
             passage_id=passage.passage_id,
             passage=truncate_words(passage.text, c.max_passage_words),
-            examples=positive_examples(memory, skill, c.memory_positives, self.rng, c.example_code_chars),
-            negatives=negative_lines(memory, skill, c.memory_negatives, self.rng),
+            examples=positive_examples(memory, skill, c.memory_positives, self.rng, c.example_code_chars, setting=c.setting),
+            negatives=negative_lines(memory, skill, c.memory_negatives, self.rng, setting=c.setting),
             attempt=attempt,
             step=step,
+            setting=c.setting,
         )
 
     def reuse(self, skill: str, taken: set[str]) -> ActiveEnv | None:
         """An earlier valid environment of this skill not already active (newest designed first, then seeds)."""
-        valid = [e for e in self.store.environments() if e.valid and e.env_id not in taken]
+        valid = [e for e in self.store.environments() if e.valid and e.env_id not in taken and e.env_id not in self.retired]
         candidates = [e for e in valid if e.skill == skill] or [e for e in valid if e.source == "seed"]
         if not candidates:
             return None
@@ -125,16 +150,21 @@ class Designs:
         c = self.config.curriculum
         k = c.refresh_interval
         skills = slot_skills(active_skills(c.skills, c.skills_per_refresh, step // k), c.envs_per_step)
+        if self.config.rlve.tasks:  # the RLVE baseline: Reasoning-Gym tasks at the controller's difficulties
+            return rlve_refresh(self.store, self.config, step)
+        if not c.design:
+            return self.fixed(step, skills)
         memory = list(self.store.memory())
         chosen: list[ActiveEnv | None] = [None] * len(skills)
         requested = tokens = 0
-        for attempt in range(1, c.design_attempts + 1 if c.design else 1):
+        for attempt in range(1, c.design_attempts + 1):
             open_slots = [i for i, env in enumerate(chosen) if env is None]
             if not open_slots:
                 break
             tasks = [self.task(step, i, skills[i], attempt, memory) for i in open_slots]
             requested += len(tasks)
             results = await run_tasks(f"step {step + 1}: designs (attempt {attempt})", tasks)
+            results = await revalidate_designs(self.config, tasks, results, run_tasks)  # engine/revalidate.py
             with self.store.batch() as batch:
                 for slot, task, result in zip(open_slots, tasks, results):
                     record = design_record(task, result)
@@ -146,6 +176,44 @@ class Designs:
                         chosen[slot] = ActiveEnv.of(record, designed_now=True)
         valid = sum(1 for env in chosen if env is not None)
         for i, env in enumerate(chosen):
-            if env is None and (c.reuse_valid_envs or not c.design):
+            if env is None and c.reuse_valid_envs:
                 chosen[i] = self.reuse(skills[i], {e.env_id for e in chosen if e is not None})
         return RefreshResult(active=[env for env in chosen if env is not None], requested=requested, valid=valid, tokens=tokens)
+
+    def fixed(self, step: int, skills: list[str]) -> RefreshResult:
+        """Without a designer: this refresh's draw from the fixed pool, stored as seed environments when new."""
+        c = self.config.curriculum
+        if self._pool is None:
+            self._pool = load_environment_folder(Path(c.fixed_envs)) if c.fixed_envs else self.seeds
+        if not self._pool:
+            return RefreshResult(active=[], requested=0, valid=0, tokens=0)
+        prefix = "fixed" if c.fixed_envs else "seed"
+        drawn = pool_draw(len(self._pool), len(skills), step // c.refresh_interval, self.config.run.seed)
+        records = []
+        for slot, index in enumerate(drawn):
+            env = self._pool[index]
+            env_id = f"{prefix}-{env.name}"
+            if env_id not in self.retired:
+                records.append(self.store.environment(env_id) or EnvironmentRecord(
+                    env_id=env_id, skill=env.skill or skills[slot], step_created=-1, source="seed", passage_id="",
+                    attempt=0, code=env.code, reply="", hint=env.hint, valid=True, reason="", checks=[],
+                    designer_sample_id="", worker_id="", created_at=time.time(), setting=c.setting,
+                ))
+        with self.store.batch() as batch:
+            for record in records:
+                batch.put_environment(record)
+        return RefreshResult(active=[ActiveEnv.of(r, designed_now=False) for r in records], requested=0, valid=0, tokens=0)
+
+    def retire(self, step: int, plays: list[PlayResult], active: list[ActiveEnv]) -> set[str]:
+        """Retire the environments with a hung call among `plays` (`curriculum.retire_hanging_envs`): out of `active`
+        (in place) and of any later reuse, marked in the store. Returns their ids."""
+        if not self.config.curriculum.retire_hanging_envs:
+            return set()
+        failures = {p.env_id: p.failure for p in plays if hung(p) and p.env_id not in self.retired}
+        records = [r for r in (self.store.environment(env_id) for env_id in failures) if r is not None]
+        with self.store.batch() as batch:
+            for record in records:
+                batch.put_environment(msgspec.structs.replace(record, reason=f"retired: a call hung at step {step} ({failures[record.env_id]})"))
+        self.retired |= set(failures)
+        active[:] = [e for e in active if e.env_id not in self.retired]
+        return set(failures)

@@ -1,101 +1,218 @@
-"""`RUN_DIR/report.html`: one self-contained page to look at a run (no JavaScript, no dependencies).
+"""`RUN_DIR/report.html`: one self-contained page to look at a run (PNG plots inline, no JavaScript).
 
-    bin/spade-engine report RUN_DIR        # written at the end of every `up` too
+    bin/spade-engine report RUN_DIR [--out FILE]      # written at the end of every `up` too
 
-Line plots (inline SVG) of the per-step metrics, the environments with their verdicts (the failed check of every
-rejected design), and the delayed designer rewards. Everything is read back from metrics.jsonl and LMDB.
+Sections (each an anchor): #plots, the per-step figures drawn by matplotlib (engine/plots.py) with labelled axes:
+win rates, the paper's Figure 6 view (the learnable share of the environment budget over steps), diversity (Vendi
+score / n of the step's environments and of the memory), validation pass rate and rejection reasons, formula
+reveal, reward granularity, regret and designer rewards, learner loss by policy version, tokens/s per role,
+staleness and win rate by skill; #best-worst, the best and worst environments by designer reward (regret when none
+is stored yet), each linking to its code (#env-ID) and to a transcript of its first unhinted play (#traj-KEY);
+#environments, every environment with its verdict; #designer-rewards; #trajectories; #store-problems, the records
+that did not decode (skipped, named by key). Read from metrics.jsonl and LMDB (read-only, beside a live run).
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
+from engine.curriculum_metrics import rejection_reason
+from engine.env_table import EnvRow, environment_rows
 from engine.paths import RunPaths
+from engine.plots import Figure, bar_plot, line_plot
 
-PLOTS = [
-    ("Win rate", [("win_rate_no_hint", "without hint", "#1f77b4"), ("win_rate_hint", "with hint", "#ff7f0e")]),
-    ("Regret and learnable share", [("mean_regret", "mean regret", "#2ca02c"), ("learnable_share", "learnable share", "#9467bd")]),
-    ("Learner loss", [("learner_loss", "loss", "#d62728")]),
-    ("Generation tokens/s", [("tokens_per_s", "tokens/s", "#8c564b")]),
-    ("Sample staleness (versions)", [("staleness", "mean staleness", "#e377c2")]),
-]
+BEST_WORST = 5
+MAX_ENV_ROWS = 500
 
 
-def _svg_plot(title: str, rows: list[dict], series: list[tuple[str, str, str]], width: int = 440, height: int = 200) -> str:
-    pad = 36
-    xs = [r["step"] + 1 for r in rows]
-    values = [r.get(key, 0.0) or 0.0 for r in rows for key, _, _ in series]
-    if not xs or not values:
-        return f"<figure><figcaption>{html.escape(title)}: no data</figcaption></figure>"
-    lo, hi = min(values + [0.0]), max(values + [0.0])
-    hi = hi if hi > lo else lo + 1.0
-    x_hi = max(xs) if max(xs) > min(xs) else min(xs) + 1
+def _e(value) -> str:
+    return html.escape(str(value))
 
-    def point(x: float, y: float) -> str:
-        px = pad + (x - min(xs)) / (x_hi - min(xs)) * (width - 2 * pad)
-        py = height - pad - (y - lo) / (hi - lo) * (height - 2 * pad)
-        return f"{px:.1f},{py:.1f}"
 
-    parts = [
-        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
-        f'<rect x="{pad}" y="{pad}" width="{width - 2 * pad}" height="{height - 2 * pad}" fill="none" stroke="#ccc"/>',
-        f'<text x="{pad}" y="{pad - 8}" font-size="12">{hi:.3g}</text>',
-        f'<text x="{pad}" y="{height - pad + 14}" font-size="12">{lo:.3g}</text>',
-        f'<text x="{width - pad}" y="{height - pad + 14}" font-size="12" text-anchor="end">step {max(xs)}</text>',
+def anchor(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
+
+
+def read_metrics(paths: RunPaths) -> list[dict]:
+    rows = []
+    if paths.metrics.exists():
+        for line in paths.metrics.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+    return rows
+
+
+def _series(steps: list[dict], keys: dict[str, str]) -> dict[str, tuple[list, list]]:
+    return {label: ([m["step"] for m in steps], [m.get(key) for m in steps]) for label, key in keys.items() if any(key in m for m in steps)} or {
+        label: ([], []) for label in keys
+    }
+
+
+def figures(metrics: list[dict], rejected: Counter, rewards: list) -> list[Figure]:
+    steps = [m for m in metrics if "envs_requested" in m]
+    share = {"learnable share of the budget (this step)": "learnable_share_budget", "over the current window": "learnable_share_window",
+             "of the environments played": "learnable_share"}
+    skills = sorted({s for m in steps for s in m.get("win_rate_by_skill", {})})
+    by_env_step: dict[int, list[float]] = defaultdict(list)
+    for r in rewards:
+        by_env_step[r.env_step].append(r.raw_reward)
+    embedding = next((m["embedding"] for m in reversed(steps) if m.get("embedding")), "")
+    versions = [m for m in metrics if "policy_version" in m]
+    return [
+        line_plot("Win rate", "step", "win rate (share of plays won)",
+                  _series(steps, {"without hint": "win_rate_no_hint", "with hint": "win_rate_hint"}), ylim=(-0.05, 1.05)),
+        line_plot("Learnable share of the environment budget (Figure 6)", "step", "learnable share (win rate in [0.2, 0.8])",
+                  _series(steps, share), ylim=(-0.05, 1.05)),
+        line_plot("Diversity", "step", "Vendi score / n", _series(steps, {"step's environments": "vendi_envs_per_n", "memory": "vendi_memory_per_n"}),
+                  ylim=(0, 1.05), note=f"embedding: {embedding}" if embedding else ""),
+        line_plot("Validation pass rate", "step", "valid designs / design attempts", _series(steps, {"pass rate": "validation_pass_rate"}), ylim=(-0.05, 1.05)),
+        bar_plot("Rejection reasons", "failed check", "rejected designs", dict(rejected.most_common())),
+        line_plot("Formula reveal", "step", "share of new environments revealing", _series(steps, {"formula reveal rate": "formula_reveal_rate"}), ylim=(-0.05, 1.05)),
+        line_plot("Reward granularity", "step", "distinct reward levels per environment",
+                  _series(steps, {"reward levels": "reward_levels", "partial (0 < r < 1)": "partial_reward_levels"})),
+        line_plot("Regret and designer reward", "step", "value",
+                  {**_series(steps, {"mean regret (hint - no hint)": "mean_regret"}),
+                   "designer reward (mean, by step made)": (sorted(by_env_step), [sum(v) / len(v) for _, v in sorted(by_env_step.items())])}),
+        line_plot("Learner loss", "policy version", "loss", {"loss": ([m["policy_version"] for m in versions], [m.get("learner_loss") for m in versions])}),
+        line_plot("Generation tokens/s", "step", "tokens / s",
+                  _series(steps, {"all": "tokens_per_s", "agent": "tokens_per_s_agent", "designer": "tokens_per_s_designer"})),
+        line_plot("Staleness", "step", "policy versions behind",
+                  _series(steps, {"learner (token mean)": "staleness", "plays (oldest token, mean)": "sample_staleness_mean"})),
+        line_plot("Win rate by skill", "step", "win rate (unhinted plays)",
+                  {s: ([m["step"] for m in steps], [m.get("win_rate_by_skill", {}).get(s) for m in steps]) for s in skills} or {"no skill yet": ([], [])},
+                  ylim=(-0.05, 1.05)),
     ]
-    for i, (key, label, colour) in enumerate(series):
-        points = " ".join(point(r["step"] + 1, r.get(key, 0.0) or 0.0) for r in rows)
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>')
-        parts.append(f'<text x="{width - pad}" y="{pad + 14 + 14 * i}" font-size="12" fill="{colour}" text-anchor="end">{html.escape(label)}</text>')
-    parts.append("</svg>")
-    return f"<figure>{''.join(parts)}<figcaption>{html.escape(title)}</figcaption></figure>"
 
 
-def _table(headers: list[str], rows: list[list]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+def _figure_html(i: int, f: Figure) -> str:
+    data = base64.b64encode(f.png).decode()
+    return (
+        f"<figure id='fig-{i}'><img src='data:image/png;base64,{data}' alt='{_e(f.title)}' width='520' height='320' "
+        f"data-xlabel='{_e(f.xlabel)}' data-ylabel='{_e(f.ylabel)}'><figcaption>{_e(f.title)}: x {_e(f.xlabel)}, y {_e(f.ylabel)}"
+        f"</figcaption></figure>"
+    )
+
+
+def _table(headers: list[str], rows: list[list], raw: bool = False) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    cell = (lambda c: str(c)) if raw else _e
+    body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _num(value, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def best_and_worst(rows: list[EnvRow]) -> tuple[list[EnvRow], list[EnvRow], str]:
+    played = [r for r in rows if r.valid and r.source == "designed" and r.plays.get("no_hint")]
+    if any(r.designer_reward is not None for r in played):
+        key, by = (lambda r: r.designer_reward if r.designer_reward is not None else float("-inf")), "designer reward"
+    elif any(r.regret is not None for r in played):
+        key, by = (lambda r: r.regret if r.regret is not None else float("-inf")), "regret"
+    else:
+        key, by = (lambda r: r.win.get("no_hint") or 0.0), "win rate without hint"
+    ranked = sorted(played, key=lambda r: (key(r), r.env_id), reverse=True)
+    best = ranked[: min(BEST_WORST, (len(ranked) + 1) // 2)]  # a short list is split, so both tables show some
+    worst = [r for r in reversed(ranked) if r not in best][:BEST_WORST]
+    return best, worst, by
+
+
+def _rank_rows(rows: list[EnvRow]) -> list[list]:
+    return [[
+        f"<a href='#env-{anchor(r.env_id)}'>{_e(r.env_id)}</a>", _e(r.skill), r.step, _num(r.win.get("no_hint")), _num(r.win.get("hint")),
+        _num(r.regret, "+.3f"), _num(r.designer_reward, ".3f"),
+        f"<a href='#traj-{anchor(r.first_play)}'>transcript</a>" if r.first_play else "-",
+    ] for r in rows]
+
+
+def _details(store, paths: RunPaths, rows: list[EnvRow], skipped: list) -> str:
+    from engine.inspector import transcript_lines
+    from engine.transcript import load_tokenizer
+    from storage.scan import tolerant_get
+
+    try:
+        tokenizer = load_tokenizer(paths.read_model_path())
+    except (OSError, KeyError, ValueError):
+        tokenizer = None
+    parts = []
+    for r in rows:
+        env = tolerant_get(store, "environments", r.env_id, skipped)
+        if env is None:
+            continue
+        checks = "".join(f"<li>{'pass' if ok else 'FAIL'} {_e(name)}: {_e(detail)}</li>" for name, ok, detail in env.checks)
+        parts.append(
+            f"<section id='env-{anchor(r.env_id)}'><h3>{_e(r.env_id)} ({_e(r.skill)}, step {r.step})</h3><p>hint: {_e(env.hint or '(none)')}</p>"
+            f"<details><summary>validation report</summary><ul>{checks}</ul></details><pre>{_e(env.code)}</pre></section>"
+        )
+        trajectory = tolerant_get(store, "trajectories", r.first_play, skipped) if r.first_play else None
+        if trajectory is not None:
+            parts.append(f"<section id='traj-{anchor(r.first_play)}'><h3>transcript {_e(r.first_play)}</h3>"
+                         f"<pre>{_e(chr(10).join(transcript_lines(trajectory, tokenizer)))}</pre></section>")
+    return "".join(parts)
 
 
 def write_report(paths: RunPaths, out: Path | None = None) -> str:
     """Write the report to `out` (default RUN_DIR/report.html) and return its path."""
+    from storage.scan import describe_skipped, tolerant
     from storage.store import Store
 
-    metrics = [json.loads(x) for x in paths.metrics.read_text().splitlines() if x.strip()] if paths.metrics.exists() else []
+    metrics = read_metrics(paths)
     steps = [m for m in metrics if "envs_requested" in m]
-    envs, rewards, counts = [], [], Counter()
+    rows, rewards, counts, rejected, skipped, details = [], [], Counter(), Counter(), [], ""
+    best = worst = []
+    by = ""
     if (paths.store / "data.mdb").exists():
         store = Store.open(paths.store, readonly=True)
         try:
-            envs = sorted(store.environments(), key=lambda e: (e.step_created, e.env_id))
-            rewards = list(store.designer_rewards())
-            counts = Counter((t.role, t.arm, t.status) for t in store.trajectories())
+            rows = sorted(environment_rows(store, skipped), key=lambda r: (r.step, r.env_id))
+            rewards = list(tolerant(store, "designer_rewards", skipped))
+            counts = Counter((t.role, t.arm, t.status) for t in tolerant(store, "trajectories", skipped))
+            rejected = Counter(rejection_reason(e.reason) for e in tolerant(store, "environments", []) if not e.valid)
+            best, worst, by = best_and_worst(rows)
+            details = _details(store, paths, best + worst, skipped)
         finally:
             store.close()
     meta = paths.read_meta()
+    env_table = [[f"<a href='#env-{anchor(r.env_id)}'>{_e(r.env_id)}</a>" if r in best + worst else _e(r.env_id), _e(r.skill), r.step,
+                  _e(r.source), _e(r.verdict), _num(r.win.get("no_hint")), _num(r.win.get("hint")), _num(r.regret, "+.2f"),
+                  _e((r.hint if r.valid else "")[:140])] for r in rows[:MAX_ENV_ROWS]]
+    rank_headers = ["env", "skill", "step", "win (no hint)", "win (hint)", "regret", "designer reward", "play"]
     sections = [
-        f"<h1>spade-engine run</h1><p>{html.escape(str(paths.root))}<br>model {html.escape(str(meta.get('model_path', '?')))}"
-        f" &middot; sandbox {html.escape(str(meta.get('sandbox_isolation', '?')))} &middot; {len(steps)} steps</p>",
-        "<h2>Per step</h2><div class='plots'>" + "".join(_svg_plot(title, steps, series) for title, series in PLOTS) + "</div>",
-        "<h2>Environments</h2>"
-        + _table(
-            ["env", "skill", "step", "source", "valid", "reason / hint"],
-            [[e.env_id, e.skill, e.step_created, e.source, "yes" if e.valid else "no", (e.hint if e.valid else e.reason)[:160]] for e in envs],
-        ),
-        "<h2>Designer rewards (delayed)</h2>"
-        + _table(
-            ["env", "skill", "made at", "trained at", "regret", "win rate", "reward", "advantage"],
-            [[r.env_id, r.skill, r.env_step, r.reward_step, f"{r.regret:+.2f}", f"{r.win_rate:.2f}", f"{r.raw_reward:.3f}", f"{r.advantage:+.3f}"] for r in rewards],
-        ),
-        "<h2>Trajectories</h2>" + _table(["role", "arm", "status", "count"], [[*key, n] for key, n in sorted(counts.items())]),
+        f"<h1>spade-engine run</h1><p>{_e(paths.root)}<br>model {_e(meta.get('model_path', '?'))} &middot; sandbox "
+        f"{_e(meta.get('sandbox_isolation', '?'))} &middot; {len(steps)} steps &middot; {len(rows)} environments</p>"
+        "<nav><a href='#plots'>plots</a> &middot; <a href='#best-worst'>best and worst</a> &middot; <a href='#environments'>environments</a>"
+        " &middot; <a href='#designer-rewards'>designer rewards</a> &middot; <a href='#trajectories'>trajectories</a></nav>",
+        "<h2 id='plots'>Per step</h2><div class='plots'>" + "".join(_figure_html(i, f) for i, f in enumerate(figures(metrics, rejected, rewards))) + "</div>",
+        f"<h2 id='best-worst'>Best and worst environments (by {_e(by or 'designer reward')})</h2><h3>best</h3>"
+        + _table(rank_headers, _rank_rows(best), raw=True) + "<h3>worst</h3>" + _table(rank_headers, _rank_rows(worst), raw=True) + details,
+        "<h2 id='environments'>Environments</h2>"
+        + _table(["env", "skill", "step", "source", "verdict", "win (no hint)", "win (hint)", "regret", "hint"], env_table, raw=True)
+        + (f"<p>{len(rows) - MAX_ENV_ROWS} more: see <code>bin/spade-engine inspect {_e(paths.root)}</code></p>" if len(rows) > MAX_ENV_ROWS else ""),
+        "<h2 id='designer-rewards'>Designer rewards (delayed)</h2>"
+        + _table(["env", "skill", "made at", "trained at", "regret", "win rate", "reward", "advantage"],
+                 [[r.env_id, r.skill, r.env_step, r.reward_step, f"{r.regret:+.2f}", f"{r.win_rate:.2f}", f"{r.raw_reward:.3f}", f"{r.advantage:+.3f}"] for r in rewards]),
+        "<h2 id='trajectories'>Trajectories</h2>" + _table(["role", "arm", "status", "count"], [[*key, n] for key, n in sorted(counts.items())]),
     ]
+    evals = [m["eval"] for m in metrics if isinstance(m.get("eval"), dict)]  # in-loop evaluation (engine/evaluation.py)
+    if evals:
+        sections.insert(2, "<h2 id='evaluation'>Evaluation (in-loop probe set, never trained on)</h2>" + _table(
+            ["policy version", "suite", "win rate [95% Wilson]", "episodes", "failed", "by group"],
+            [[e["policy_version"], e["suite"], f"{e['win_rate']:.3f} [{e['low']:.3f}, {e['high']:.3f}]", e["episodes"], e["failed"],
+              ", ".join(f"{g} {w:.2f}" for g, w in e["groups"].items())] for e in evals]))
+    if skipped:
+        sections.append("<h2 id='store-problems'>Store problems</h2><ul>" + "".join(f"<li>{_e(line)}</li>" for line in describe_skipped(skipped, 50)) + "</ul>")
     style = (
-        "body{font-family:sans-serif;margin:2em;max-width:1100px} table{border-collapse:collapse;font-size:13px}"
+        "body{font-family:sans-serif;margin:2em;max-width:1150px} table{border-collapse:collapse;font-size:13px;margin-bottom:1em}"
         "td,th{border:1px solid #ddd;padding:3px 6px;text-align:left} .plots{display:flex;flex-wrap:wrap;gap:12px}"
-        "figure{margin:0} figcaption{font-size:13px;text-align:center}"
+        "figure{margin:0} figcaption{font-size:12px;text-align:center;color:#444} pre{background:#f6f6f6;padding:8px;"
+        "font-size:12px;overflow-x:auto;max-height:420px} section{border-top:1px solid #eee;margin-top:1em}"
     )
     page = f"<!doctype html><html><head><meta charset='utf-8'><title>spade-engine run</title><style>{style}</style></head><body>{''.join(sections)}</body></html>"
     out = out or paths.report

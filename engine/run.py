@@ -5,8 +5,10 @@ Each step s (0-based):
    verdicts; a slot left empty plays an earlier valid environment of its skill.
 2. wait until the learner is at most `run.max_staleness` versions behind the policy version that will train
    step s's batch (admission control).
-3. play every active environment G times without and H times with its hint (engine/plays.py); store them.
-4. build the batch (engine/batches.py): agent advantages, stale samples dropped, the designer samples whose
+3. play every active environment G times without its hint, and H times with it at a refresh step for the
+   environments made there (`play.hint_plays`; engine/plays.py); store them; retire environments that hung.
+4. build the batch (engine/batches.py): agent advantages of the unhinted plays (`play.train_hint_plays` adds
+   the hinted), stale samples dropped, the designer samples whose
    reward fell due at s (engine/designer_queue.py); record it and send it to the learner, which publishes the
    next policy version.
 5. close the k-step window of the environments made at s + 1 - k: their designer rewards, due at s + 1; after
@@ -26,41 +28,54 @@ import random
 import time
 
 import trio
-import zmq
 
-from engine.batches import MissingTrajectory, agent_samples, batch_record, drop_stale, stored_batch_samples
+from engine.batches import (
+    MissingTrajectory,
+    agent_samples,
+    batch_record,
+    drop_stale,
+    stored_batch_samples,
+)
 from engine.config import Config
 from engine.curriculum import ActiveEnv, PassageSampler, SeedEnvironment, load_corpus
 from engine.designer_queue import DesignerQueue
+from engine.bus import Bus
 from engine.dispatch import Dispatcher, WorkerState
+from engine.evaluation import InLoopEval
 from engine.errors import RunFailed
 from engine.feedback import close_window, update_memory
 from engine.live import LiveView
 from engine.messages import (
     DesignResult,
+    FetchChunk,
+    FetchManifest,
+    FetchRunInfo,
     Heartbeat,
     HelloAgain,
     LearnerFailed,
     LearnerHello,
-    LearnerToEngine,
     PlayResult,
     PolicyPublished,
     PolicyUpdate,
+    RunInfo,
     Sample,
     Shutdown,
     TaskFailed,
     TrainBatch,
     WorkerBye,
     WorkerHello,
-    WorkerToEngine,
-    check_sample,
+    ValidateResult,
 )
-from engine.metrics import MetricsLog, StepOutcome, step_metrics
+from engine.curriculum_metrics import curriculum_metrics
+from engine.metrics import MetricsLog, StepOutcome, step_metrics, window_share
 from engine.paths import RunPaths
 from engine.plays import play_tasks, store_plays
+from engine.policy_transfer import PolicyServer
 from engine.processes import Child, ChildFailed, learner_child, supervise, worker_child
 from engine.refresh import Designs, RefreshResult
-from engine.transport import MessageSocket, ProtocolError, open_socket
+from engine.result_checks import ResultGate
+from engine.transport import MessageSocket, ProtocolError, short_id
+from engine.trackers import log_to_trackers
 from storage.records import RunState
 from storage.store import Store
 
@@ -80,6 +95,7 @@ class Engine:
         self.designs = Designs(config, self.store, self.sampler, random.Random(config.run.seed))
         self.designer_queue = DesignerQueue()
         self.metrics = MetricsLog(paths.metrics)
+        self.evaluation = InLoopEval(config, paths, seeds, say=view.line)
         self.k = config.curriculum.refresh_interval
         self.policy_version = 0  # the learner's newest published version
         self.policy_path = ""
@@ -97,6 +113,9 @@ class Engine:
         self.worker_sock: MessageSocket | None = None
         self.learner_sock: MessageSocket | None = None
         self.dispatcher: Dispatcher | None = None
+        self.bus = Bus(config, paths, view)  # sockets, keys, counters, rate-limited warnings (engine/bus.py)
+        self.result_gate = ResultGate.for_run(config, paths, view.line)  # checks every worker result (vocab_size read once)
+        self.policy_server: PolicyServer | None = None
         self._progress = {"label": "", "done": 0, "total": 0}
 
     # ------------------------------------------------------------------ sockets
@@ -106,7 +125,9 @@ class Engine:
             try:
                 ident, message = await self.worker_sock.receive_from()
             except ProtocolError as exc:
-                self.view.line(f"warning: ignored a malformed worker message: {exc}")
+                self.bus.warnings.warn("malformed worker message", f"ignored a malformed message from {short_id(exc.ident)} on the worker socket: {exc}")
+                continue
+            if self.dispatcher.banned(ident):  # it sent results for tasks not leased to it (engine/leases.py)
                 continue
             match message:
                 case WorkerHello():
@@ -122,24 +143,36 @@ class Engine:
                         )
                     )
                     self._note_isolation(message.isolation)
-                    self.view.line(f"worker {message.worker_id} joined (backend {message.backend}, sandbox {message.isolation}, {message.slots} slots)")
+                    self.view.line(f"worker {short_id(message.worker_id)} joined (backend {short_id(message.backend)}, sandbox {short_id(message.isolation)}, {message.slots} slots)")
                     # Always answered: it tells the worker an engine is there, and which policy is current.
-                    await self.worker_sock.send_to(ident, PolicyUpdate(version=self.policy_version, path=self.policy_path))
+                    self.worker_sock.try_send_to(ident, PolicyUpdate(version=self.policy_version, path=self.policy_path))
                     self._worker_ready.set()
                 case Heartbeat():
                     if self.dispatcher.seen(ident, message.policy_version) is None:  # e.g. attached before a restart
-                        await self.worker_sock.send_to(ident, HelloAgain())
-                case DesignResult() | PlayResult():
-                    try:
-                        check_sample(message.designer if isinstance(message, DesignResult) else message.agent)
-                    except ValueError as exc:  # a broken worker: its answer counts as a failed task
-                        self.view.line(f"warning: worker {message.worker_id} sent a malformed sample: {exc}")
-                        message = TaskFailed(task_id=message.task_id, worker_id=message.worker_id, reason=f"malformed sample: {exc}")
-                    self.dispatcher.complete(ident, message)
-                case TaskFailed():
-                    self.dispatcher.complete(ident, message)
+                        self.worker_sock.try_send_to(ident, HelloAgain())  # dropped if it is gone or not reading
+                case DesignResult() | PlayResult() | ValidateResult() | TaskFailed():
+                    self._complete(ident, message)
                 case WorkerBye():
                     self.dispatcher.drop_worker(ident)
+                case FetchRunInfo() | FetchManifest() | FetchChunk():  # a worker without the run's files
+                    self.policy_server.submit(ident, message)
+
+    def _complete(self, ident: bytes, message: DesignResult | PlayResult | ValidateResult | TaskFailed) -> None:
+        warn = self.bus.warnings.warn
+        if not isinstance(message, TaskFailed) and self.dispatcher.holds_lease(ident, message.task_id):
+            # The values, and that it answers its task (engine/result_checks.py); a rejected one is a failed task.
+            message, drop = self.result_gate.screen(ident, message, self.dispatcher, self.policy_version)
+            if drop:  # after the dispatcher took the failure, so the task is requeued once
+                self.dispatcher.complete(ident, message)
+                self.dispatcher.drop_worker(ident)
+                return
+        verdict = self.dispatcher.complete(ident, message)
+        if verdict in ("rejected", "ban"):
+            banned = "; it is dropped and banned for the rest of the run" if verdict == "ban" else ""
+            warn("rejected result", f"rejected a result for task {short_id(message.task_id)} from {short_id(ident)}: the task is not leased to it{banned}")
+
+    def _run_info(self) -> RunInfo:
+        return RunInfo(config=self.paths.config.read_text(), model_path=self.paths.read_model_path(), policy_version=self.policy_version, policy_path=self.policy_path)
 
     async def _receive_learner(self) -> None:
         assert self.learner_sock
@@ -147,19 +180,24 @@ class Engine:
             try:
                 ident, message = await self.learner_sock.receive_from()
             except ProtocolError as exc:
-                self.view.line(f"warning: ignored a malformed learner message: {exc}")
+                self.bus.warnings.warn("malformed learner message", f"ignored a malformed message from {short_id(exc.ident)} on the learner socket: {exc}")
+                continue
+            if not self.bus.learner_gate.admit(ident, message):  # only the learner this engine started (its token)
+                self.bus.warnings.warn("rejected learner message", f"rejected a {type(message).__name__} from {short_id(ident)} on the learner socket: not this engine's learner")
                 continue
             match message:
                 case LearnerHello():
                     self._learner_ident = ident
                     self.policy_version = message.policy_version  # > 0 when it resumed from a checkpoint
                     self.policy_path = message.policy_path
+                    self.policy_server.known(message.policy_version, message.policy_path)
                     if message.policy_version > 0:
                         await self.dispatcher.broadcast(PolicyUpdate(version=message.policy_version, path=message.policy_path))
                     self._learner_ready.set()
                 case PolicyPublished():
                     self.policy_version = message.version
                     self.policy_path = message.path
+                    self.policy_server.known(message.version, message.path)
                     self.learner_metrics[message.step] = message.metrics
                     await self.dispatcher.broadcast(PolicyUpdate(version=message.version, path=message.path))
                     with self.store.batch() as batch:
@@ -167,6 +205,7 @@ class Engine:
                         state.policy_version = message.version
                         batch.put_state(state)
                     self._log_update(message.step)
+                    self.evaluation.published(message.version)  # in-loop evaluation, when due (engine/evaluation.py)
                     self._policy_changed.set()
                     self._policy_changed = trio.Event()
                 case LearnerFailed():
@@ -190,6 +229,7 @@ class Engine:
 
     def _log_update(self, step: int) -> None:
         row = self.metrics.write(step, self.step_stats.get(step), self.learner_metrics.get(step, {}), self.policy_version)
+        log_to_trackers(self.config, self.paths, row)  # TensorBoard / W&B when run.tensorboard / run.wandb are on
         if "envs_requested" in row:
             self.view.step_line(row)
         else:
@@ -277,13 +317,15 @@ class Engine:
                 refresh = await self.designs.refresh(step, self.run_tasks)
                 active = refresh.active
             if not active:
-                raise EngineError("no valid environment to play: every design failed and there are no seed environments")
+                reuse = "there are no seed environments" if self.config.curriculum.reuse_valid_envs else "curriculum.reuse_valid_envs = false leaves failed slots empty"
+                raise EngineError(f"no valid environment to play at step {step + 1}: every design failed and {reuse}")
             await self.run_epoch(range(step, epoch_end), refresh, epoch_started)
             step = epoch_end
         flush = self.designer_queue.pop(steps)
         if flush:  # designer samples whose reward fell due after the last step (the reference flushes them too)
             await self.send_batch(steps, flush, checkpoint=True)
         await self.wait_for_version(self.target_version, "final update")
+        await self.evaluation.finish(self.policy_version)
         with self.store.batch() as batch:
             state = self.store.state()
             state.finished = True
@@ -318,7 +360,10 @@ class Engine:
 
     async def finish_step(self, step: int, results: list, refresh: RefreshResult, seconds: float) -> None:
         plays = store_plays(self.store, step, results)
-        samples, zero_groups = agent_samples(plays)
+        retired = self.designs.retire(step, plays, refresh.active)  # hung environments play no more (in place)
+        for env_id in sorted(retired):
+            self.view.line(f"step {step + 1}: environment {env_id} retired: a call hung past sandbox.step_timeout_s")
+        samples, zero_groups = agent_samples(plays, train_hint=self.config.play.train_hint_plays)
         samples, too_stale = drop_stale(samples, self.target_version, self.config.run.max_staleness)
         self.designer_queue.add(close_window(self.store, self.config.reward, self.k, step, len(samples)))
         if step % self.k == 0:
@@ -329,23 +374,30 @@ class Engine:
             zero_variance_groups=zero_groups, dropped_stale=too_stale, envs_requested=refresh.requested,
             envs_valid=refresh.valid, tokens=refresh.tokens + sum(r.tokens_generated for r in plays), seconds=seconds,
         )
-        self.step_stats[step] = step_metrics(outcome, k=self.k, env_slots=self.config.curriculum.envs_per_step, isolation=self.isolation)
+        stats = step_metrics(outcome, k=self.k, env_slots=self.config.curriculum.envs_per_step, isolation=self.isolation)
+        stats |= curriculum_metrics(self.store, self.paths, step, refresh, plays, trained_at=self.target_version, seconds=seconds)
+        self.step_stats[step] = stats
+        first = step - step % self.config.run.learnable_window
+        window = {s: self.step_stats[s] for s in range(first, step + 1) if s in self.step_stats}
+        if len(window) <= step - first:  # earlier steps of the window ran before a resume: their rows are on disk
+            window = {**self.metrics.step_rows(), **window}
+        stats["learnable_share_window"] = window_share(window, first, step)
         last = step == self.config.run.steps - 1
         checkpoint = last and not self.designer_queue.waiting(self.config.run.steps)
         await self.send_batch(step, samples + due, checkpoint=checkpoint, active=refresh.active)
 
     async def run(self) -> None:
-        paths = self.paths
-        async with (
-            open_socket(zmq.ROUTER, self.config.worker.address or paths.worker_address, bind=True, decode=WorkerToEngine) as worker_sock,
-            open_socket(zmq.ROUTER, paths.learner_address, bind=True, decode=LearnerToEngine) as learner_sock,
-            trio.open_nursery() as nursery,
-        ):
+        async with self.bus.open() as (worker_sock, learner_sock), trio.open_nursery() as nursery:
             self.worker_sock, self.learner_sock = worker_sock, learner_sock
             self.dispatcher = Dispatcher(worker_sock, on_result=self._on_result)
+            self.policy_server = PolicyServer(self.paths, worker_sock, self._run_info)
+            self.bus.extra["workers"] += [lambda: self.dispatcher.leases.counters, lambda: self.policy_server.counters]
             await nursery.start(self.dispatcher.run)
+            nursery.start_soon(self.bus.run)
+            nursery.start_soon(self.policy_server.run)
             nursery.start_soon(self._receive_workers)
             nursery.start_soon(self._receive_learner)
+            nursery.start_soon(self.evaluation.serve, self.dispatcher)
             nursery.start_soon(self.dispatcher.watch_liveness, self.config.worker.dead_after_s, self._worker_dead)
             self._start_children(nursery)
             self.view.status("starting the learner and rollout workers (loading the model)")
@@ -367,7 +419,7 @@ class Engine:
         self.view.line(f"warning: worker {state.worker_id} went silent; its tasks were requeued")
 
     def _start_children(self, nursery) -> None:
-        learner = learner_child(self.paths, self.config.learner.world_size)
+        learner = learner_child(self.paths, self.config.learner.world_size, token=self.bus.token)
         self.children.append(learner)
         nursery.start_soon(lambda: supervise(learner, restartable=False, max_restarts=0, on_exit=self._child_exit, stopping=lambda: self.stopping))
         for i in range(self.config.worker.count):

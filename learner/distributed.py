@@ -17,6 +17,7 @@ rank for every rank, and a rank with fewer micro-batches runs empty ones (see le
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -112,14 +113,16 @@ class Distributed:
         return self.device if self.backend == "nccl" else None
 
 
-def init_distributed(device: str = "auto", *, timeout_s: float = 1800.0) -> Distributed:
+def init_distributed(device: str = "auto", *, timeout_s: float = 1800.0, gpus: list[int] = ()) -> Distributed:
     """Join the process group that torchrun describes in the environment (RANK, WORLD_SIZE, LOCAL_RANK).
 
     Started without torchrun (no WORLD_SIZE), this is rank 0 of 1 and creates no process group. `timeout_s`
-    bounds every collective: a peer that stops answering fails the learner instead of hanging it.
+    bounds every collective: a peer that stops answering fails the learner instead of hanging it. `gpus`
+    (`learner.gpus`): the node's GPUs the learner trains on, rank r on gpus[r]; empty: 0 .. world_size - 1.
     """
     import torch
 
+    select_gpus(gpus, "learner.gpus")
     device_type = resolve_device(device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -142,9 +145,12 @@ def init_distributed(device: str = "auto", *, timeout_s: float = 1800.0) -> Dist
 def shard_model(model, dist: Distributed, *, frozen: bool = False):
     """FSDP2 over the group: each decoder layer (the model's `_no_split_modules`) is one unit, the root the last.
 
-    Gradients are summed, not averaged, over ranks. For one process the model is only moved to the device.
+    Gradients are summed, not averaged, over ranks. For one process the model is only moved to the device, unless
+    a process group of one was made by hand (bin/device_check.py runs FSDP2 on one GPU that way).
     """
-    if dist.world_size == 1:
+    import torch.distributed
+
+    if dist.world_size == 1 and not torch.distributed.is_initialized():
         return model.to(dist.device)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule, fully_shard
@@ -178,3 +184,34 @@ def split_by_tokens(lengths: list[int], world_size: int) -> list[list[int]]:
         shares[rank].append(index)
         loads[rank] += lengths[index]
     return [sorted(share) for share in shares]
+
+
+def select_gpus(gpus, field: str) -> None:
+    """Make only `gpus` visible to this process (CUDA_VISIBLE_DEVICES, set before CUDA starts; indices into an
+    existing CUDA_VISIBLE_DEVICES), then check that each is there. Empty: leave the environment as it is. On a
+    machine without GPUs nothing is checked (the learner runs on the CPU)."""
+    if not gpus:
+        return
+    import torch
+
+    existing = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if existing and max(gpus) >= len(existing):
+        raise ValueError(f"{field} = {list(gpus)}: CUDA_VISIBLE_DEVICES shows only {len(existing)} GPUs ({','.join(existing)})")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(existing[g] if existing else str(g) for g in gpus)
+    visible = torch.cuda.device_count()
+    if 0 < visible < len(gpus):
+        raise ValueError(f"{field} = {list(gpus)} names a GPU this node does not have: use indices below the node's GPU count")
+
+
+def refuse_oversize(indices: list[int], lengths: list[int], max_tokens: int) -> list[int]:
+    """`indices` without the samples longer than `max_tokens` (`learner.micro_batch_tokens`), each refused with a
+    message: one sample must fit one micro-batch, or the micro-batch's memory bound would not hold."""
+    kept = [i for i in indices if lengths[i] <= max_tokens]
+    for i in indices:
+        if lengths[i] > max_tokens:
+            print(
+                f"learner: a sample of {lengths[i]} tokens is longer than learner.micro_batch_tokens = {max_tokens} and is "
+                f"not trained on: raise learner.micro_batch_tokens to at least {lengths[i]} (or lower play.max_context_tokens)",
+                file=sys.stderr, flush=True,
+            )
+    return kept

@@ -2,7 +2,7 @@
 
     cfg = ObjectiveConfig()                                    # decoupled PPO, clip 0.2 / 0.28, w > 5 masked
     losses, kept, stats = token_losses(cfg, logprobs, proximal, behaviour, advantages, mask)
-    loss = aggregate(losses, kept, roles=["agent", "designer"], role_weights={"agent": 1.0, "designer": 1.0})
+    loss = aggregate(losses, kept, roles=["agent", "designer"], role_weights={"agent": 1.0, "designer": 1.0}, mode="sample_mean")
 
 Notation (every tensor is [batch, seq], one row per sequence; advantages may be [batch, 1]):
   logprobs  log pi_theta, the policy being optimised (carries the gradient)
@@ -15,7 +15,8 @@ Every objective uses the clipped surrogate on r = pi_theta / pi_prox, clip(r) = 
   tis            w = min(k, tis_cap)                  (truncated importance sampling, the SPADE reference)
   icepop         w = k inside [icepop_low, icepop_high], tokens outside leave the loss mask
 The per-token loss is -w * min(r * A, clip(r) * A) (+ kl_coef * k3 to a frozen reference), zero outside the
-effective mask M; `aggregate` turns it into -(1/|M|) sum_M ... per role. With `seq_filter`, a whole sequence
+effective mask M; `aggregate` turns it into a per-sample mean (the reference: each sequence's token mean, then
+the mean over sequences) or a token mean per role. With `seq_filter`, a whole sequence
 leaves M when the geometric mean of k over its tokens, exp(mean log k), falls outside [seq_low, seq_high].
 
 The settings are `ObjectiveConfig`, the `[learner.objective]` table of engine/config.py (re-exported here);
@@ -131,11 +132,19 @@ def aggregate(
     role_weights: Mapping[str, float],
     *,
     role_tokens: Mapping[str, float] | None = None,
+    mode: str = "role_token_mean",
+    row_tokens: torch.Tensor | None = None,
+    samples: float | None = None,
 ) -> torch.Tensor:
-    """sum over roles of weight * (token mean of the role's losses over `mask`); roles[i] names row i.
+    """The batch loss from per-token losses (summed over `mask`); roles[i] names row i.
 
-    `role_tokens` replaces each role's denominator (its token count in the whole batch when the batch is split
-    into micro-batches whose losses are summed); a role without tokens contributes 0.
+    role_token_mean: sum over roles of weight * (token mean of the role's losses). `role_tokens` replaces each
+    role's denominator (its token count in the whole batch when the batch is split into micro-batches whose losses
+    are summed); a role without tokens contributes 0.
+    sample_mean (the reference's per-sample mean): (1/N) sum over rows of weight(role) * (row's loss sum / its
+    token count), both roles together. `row_tokens` [rows] gives each row's denominator (default: its tokens in
+    `mask`; pass the caller's mask counts when `mask` is the effective mask), `samples` N (default: the rows; the
+    whole batch's count when it is split into micro-batches).
     """
     if len(roles) != per_token_loss.shape[0]:
         raise ValueError(f"roles names {len(roles)} rows but the loss has {per_token_loss.shape[0]}")
@@ -143,6 +152,14 @@ def aggregate(
     if unknown:
         raise ValueError(f"roles {unknown} have no weight in role_weights (known: {', '.join(role_weights)})")
     weights = mask.to(per_token_loss.dtype)
+    if mode == "sample_mean":
+        counts = weights.sum(-1) if row_tokens is None else row_tokens.to(per_token_loss.dtype)
+        per_row = (per_token_loss * weights).sum(-1) / counts.clamp(min=1)
+        row_weights = torch.tensor([float(role_weights[r]) for r in roles], dtype=per_token_loss.dtype, device=per_token_loss.device)
+        n = float(samples) if samples is not None else float(len(roles))
+        return (row_weights * per_row).sum() / max(n, 1.0)
+    if mode != "role_token_mean":
+        raise ValueError(f"unknown aggregation {mode!r} (known: sample_mean, role_token_mean)")
     total = per_token_loss.new_zeros(())
     for role, role_weight in role_weights.items():
         rows = torch.tensor([r == role for r in roles], device=per_token_loss.device)

@@ -30,19 +30,23 @@ import trio
 import zmq
 
 from engine.config import Config, read_config_file
-from engine.lifeline import cancel_on_sigterm, cancel_when_engine_gone, engine_pid
+from engine.lifeline import LEARNER_TOKEN_ENV, cancel_on_sigterm, cancel_when_engine_gone, engine_pid
 from engine.messages import EngineToLearner, LearnerFailed, LearnerHello, PolicyPublished, Shutdown, TrainBatch
 from engine.paths import RunPaths
-from engine.transport import open_socket
+from engine.transport import open_socket, train_batch_limit
 
 KEEPALIVE_S = 60.0
 
 
 def apply_batch(trainer, paths: RunPaths, config: Config, batch: TrainBatch) -> tuple[dict[str, float], Path]:
     """Update, publish and maybe checkpoint: what every rank does with a TrainBatch (rank 0 writes the files)."""
+    from learner import guards  # a batch the learner cannot train on is refused (learner/guards.py)
+
     if config.learner.simulated_update_s > 0:  # benchmarks: a paced stand-in for the update; the loop stays real
         time.sleep(config.learner.simulated_update_s)
         metrics = {"simulated_update_s": config.learner.simulated_update_s, "samples": float(len(batch.samples))}
+    elif problem := guards.batch_problem(batch.samples, guards.vocab_size(trainer.model)):
+        metrics = guards.refused_metrics(batch.samples, problem, batch.step)  # no update; the version still advances
     else:
         metrics = trainer.update(batch.samples)
     path = trainer.publish(paths.policy, config.learner.keep_policies)
@@ -87,11 +91,13 @@ async def serve_engine(trainer, paths: RunPaths, config: Config, policy_path: st
         dist.broadcast(message)
         return apply_batch(trainer, paths, config, message) if isinstance(message, TrainBatch) else None
 
-    async with open_socket(zmq.DEALER, paths.learner_address, bind=False, decode=EngineToLearner) as sock, trio.open_nursery() as nursery:
+    limit = train_batch_limit(config)
+    async with open_socket(zmq.DEALER, paths.learner_address, bind=False, decode=EngineToLearner, max_message_bytes=limit) as sock, trio.open_nursery() as nursery:
         nursery.start_soon(cancel_on_sigterm, nursery.cancel_scope)
         if (pid := engine_pid()) is not None:
             nursery.start_soon(cancel_when_engine_gone, pid, nursery.cancel_scope, "learner")
-        await sock.send(LearnerHello(pid=os.getpid(), policy_version=trainer.version, policy_path=policy_path))
+        token = os.environ.get(LEARNER_TOKEN_ENV, "")  # the engine's secret: only this hello is taken (engine/auth.py)
+        await sock.send(LearnerHello(pid=os.getpid(), policy_version=trainer.version, policy_path=policy_path, token=token))
         while True:
             message = None
             with trio.move_on_after(KEEPALIVE_S if dist.world_size > 1 else float("inf")):
@@ -133,7 +139,7 @@ def run_learner(run_dir: Path) -> None:
 
     paths = RunPaths(run_dir)
     config = read_config_file(paths.config)
-    dist = init_distributed(config.learner.device)
+    dist = init_distributed(config.learner.device, gpus=config.learner.gpus)
     try:
         if dist.world_size != config.learner.world_size:
             raise ValueError(

@@ -1,7 +1,8 @@
 """Environment memory queries: the designer's positive and negative examples (spade-reference.md §7).
 
 Positives: same skill, win rate in [0.15, 0.85], the top max(3n, 10) by regret, n drawn at random.
-Negatives: same skill, win rate above 0.9 or below 0.1, drawn at random. Capacity is FIFO by step.
+Negatives: same skill, win rate above 0.9 or below 0.1, drawn at random. Capacity is FIFO by step. Both are drawn
+from the records of one setting (games or tool_use; a record without one is a games record).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ LEARNABLE_LOW, LEARNABLE_HIGH = 0.15, 0.85
 TOO_EASY, TOO_HARD = 0.9, 0.1
 
 
-def positive_examples(records: list[MemoryRecord], skill: str, n: int, rng: random.Random, code_chars: int) -> list[MemoryExample]:
-    learnable = [r for r in records if r.skill == skill and LEARNABLE_LOW <= r.win_rate <= LEARNABLE_HIGH]
+def positive_examples(records: list[MemoryRecord], skill: str, n: int, rng: random.Random, code_chars: int,
+                      setting: str = "games") -> list[MemoryExample]:
+    learnable = [r for r in records if r.skill == skill and r.setting == setting and LEARNABLE_LOW <= r.win_rate <= LEARNABLE_HIGH]
     learnable.sort(key=lambda r: (-r.regret, r.env_id))
     pool = learnable[: max(3 * n, 10)]
     chosen = rng.sample(pool, min(n, len(pool)))
@@ -26,8 +28,8 @@ def positive_examples(records: list[MemoryRecord], skill: str, n: int, rng: rand
     ]
 
 
-def negative_lines(records: list[MemoryRecord], skill: str, n: int, rng: random.Random) -> list[str]:
-    bad = [r for r in records if r.skill == skill and (r.win_rate > TOO_EASY or r.win_rate < TOO_HARD)]
+def negative_lines(records: list[MemoryRecord], skill: str, n: int, rng: random.Random, setting: str = "games") -> list[str]:
+    bad = [r for r in records if r.skill == skill and r.setting == setting and (r.win_rate > TOO_EASY or r.win_rate < TOO_HARD)]
     bad.sort(key=lambda r: r.env_id)
     chosen = rng.sample(bad, min(n, len(bad)))
     return [

@@ -37,6 +37,7 @@ class EnvironmentRecord(msgspec.Struct, kw_only=True):
     designer_sample_id: str
     worker_id: str
     created_at: float
+    setting: str = "games"  # games | tool_use (engine.messages.Setting); older stores decode as games
 
 
 class TrajectoryRecord(msgspec.Struct, kw_only=True):
@@ -66,6 +67,7 @@ class MemoryRecord(msgspec.Struct, kw_only=True):
     regret: float
     step: int
     source: Literal["designed", "seed"]
+    setting: str = "games"  # the memory is kept per setting: the designer sees examples of its own setting only
 
 
 class DesignerRewardRecord(msgspec.Struct, kw_only=True):
@@ -111,3 +113,5 @@ class RunState(msgspec.Struct, kw_only=True):
     refresh_step: int = -1  # the step of the latest refresh
     isolation: str = ""
     finished: bool = False
+    rlve: dict[str, list[int]] = msgspec.field(default_factory=dict)  # the RLVE controller: task -> [low, high, attempts, wins]
+    rlve_counted: int = 0  # the first step whose plays the RLVE controller has not counted yet (engine/rlve.py)

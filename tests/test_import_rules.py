@@ -1,6 +1,6 @@
 """The package rule (README, "Layout"), read from the imports of every module, lazy ones inside functions included.
 
-- the protocol layer (`engine.messages`, `config`, `transport`, `paths`, `lifeline`, `errors`, `contract`) is
+- the protocol layer (`engine.messages`, `config`, `transport`, `paths`, `lifeline`, `errors`, `contract`, `keys`) is
   what every process agrees on: it imports only itself;
 - `storage` imports the protocol layer and itself;
 - `engine` (the coordinator) imports the protocol layer, `storage` and itself, never `actors` or `learner`;
@@ -18,13 +18,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("engine", "actors", "storage", "learner")
-PROTOCOL = {f"engine.{name}" for name in ("messages", "config", "transport", "paths", "lifeline", "errors", "contract")}
+PROTOCOL = {f"engine.{name}" for name in ("messages", "config", "config_sections", "transport", "paths", "lifeline", "errors", "contract", "keys")}
 HEAVY = ("torch", "transformers", "vllm", "peft", "accelerate")
 
 # (importing module, imported module): why it is allowed.
 EXCEPTIONS = {
     ("engine.cli", "actors.worker"): "the command line hands `worker` to the worker's own entry point (a lazy import)",
     ("engine.cli", "actors.sandbox.cli"): "the command line hands `validate` and `play` to the sandbox's entry points (lazy)",
+    ("engine.cli", "actors.evaluation.cli"): "the command line hands `eval` to the evaluation's entry point (lazy)",
+    ("engine.cli", "learner.replay"): "the command line hands `replay --train` to the learner's replay entry point (lazy: "
+    "it trains, so it needs torch); the engine side reads the store and passes the batches in a file, so learner never reads storage",
 }
 
 

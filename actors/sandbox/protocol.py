@@ -31,7 +31,19 @@ class End(msgspec.Struct, frozen=True, tag_field="op", tag="end"):
     pass
 
 
-Request = Load | Reset | Step | Solution | End
+class CallTool(msgspec.Struct, frozen=True, tag_field="op", tag="call_tool"):
+    """A tool call of the tool-use setting (actors/sandbox/tool_env.py); the result is cut at max_chars."""
+
+    name: str
+    arguments: dict[str, Any]
+    max_chars: int = 4000
+
+
+class InspectTools(msgspec.Struct, frozen=True, tag_field="op", tag="inspect_tools"):
+    pass
+
+
+Request = Load | Reset | Step | Solution | End | CallTool | InspectTools
 
 
 # worker -> pool
@@ -74,7 +86,22 @@ class Failed(msgspec.Struct, frozen=True, tag_field="type", tag="failed"):
     detail: str
 
 
-Reply = Ready | Loaded | ResetDone | StepDone | SolutionDone | Ended | Failed
+class ToolDone(msgspec.Struct, frozen=True, tag_field="type", tag="tool"):
+    result: str
+
+
+class Inspected(msgspec.Struct, frozen=True, tag_field="type", tag="inspected"):
+    """A tool-use environment as reset left it: its tool specs, instructions and each criterion's value."""
+
+    tools: dict[str, Any] | None
+    messages: list[str] | None
+    criteria: list[str]  # "true", "false" or "error: ..." per instruction
+    current: int
+    has_state: bool
+    expected_answer: str
+
+
+Reply = Ready | Loaded | ResetDone | StepDone | SolutionDone | Ended | Failed | ToolDone | Inspected
 
 _encoder = msgspec.json.Encoder()
 reply_decoder = msgspec.json.Decoder(Reply)

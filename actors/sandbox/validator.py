@@ -8,6 +8,15 @@ then dynamic checks inside the sandbox: for every seed the environment is played
 never-used worker (so hash randomisation and `id()` differ), each play being a few malformed actions, a fuzzed
 episode and the `solution()` (or a fixed script). The verdict lists every check; a check that could not run
 because an earlier one failed says so.
+
+A check rejects only what the reference's own validation rejects (no loadable `*Env`, a wrong signature or
+return type, an exception on ordinary input) or what protects the engine (escapes and imports the sandbox
+refuses, limits, hangs and episodes that never end, non-finite rewards, huge observations, non-determinism for a
+given seed, which would make a stored play unreproducible). `seeds_differ` never rejects: an environment whose
+seeds all play the same game (hidden randomness behind one first observation, or a fixed puzzle) is accepted with
+a note. `quality_checks=False` (`play.quality_checks`, the reference) also turns the project's quality filters
+into notes: `solution_wins` (solution() must win) and `hint_not_leaked`, and widens rewards to the reference's
+[-10, 10].
 """
 
 import ast
@@ -23,6 +32,8 @@ from actors.sandbox.static_checks import run_static_checks
 
 MAX_OBSERVATION_CHARS = 8000
 REWARD_RANGE = (-1.0, 1.0)
+REFERENCE_REWARD_RANGE = (-10.0, 10.0)  # what the reference's validation allows (the engine clamps returns to [-1, 1])
+QUALITY_CHECKS = ("solution_wins", "hint_not_leaked")  # notes, not rejections, with quality_checks=False
 MALFORMED_ACTIONS = ("", "hello", "\\boxed{", "\\boxed{}", "\\boxed{\\boxed{1}}", "}{" * 50, "x" * 5000,
                      "\u202e\u0000\U0001f600 \u00f0\u0178\u02dc\u20ac")  # control characters, mojibake
 FUZZ_WORDS = ("yes", "no", "up", "down", "left", "right", "A", "B", "C", "D", "red", "blue", "0", "-1", "1 2",
@@ -84,8 +95,9 @@ class _Stop(Exception):
 class _Play:
     """One full play of one seed (malformed actions, a fuzzed episode, the solution); records what it saw."""
 
-    def __init__(self, episode: Episode, seed: int, max_turns: int, hint: str | None) -> None:
-        self.episode, self.seed, self.max_turns, self.hint = episode, seed, max_turns, hint
+    def __init__(self, episode: Episode, seed: int, max_turns: int, hint: str | None, quality: bool = True) -> None:
+        self.episode, self.seed, self.max_turns, self.hint, self.quality = episode, seed, max_turns, hint, quality
+        self.leaks: list[str] = []  # where the hint appeared, when that is a note (quality checks off)
         self.trajectory: list[Any] = []
         self.first_observation = ""
         self.solution: list[str] | None = None
@@ -97,7 +109,9 @@ class _Play:
             raise _Stop("observation_size", f"{where}: observation of {len(observation)} characters "
                                             f"(at most {MAX_OBSERVATION_CHARS})")
         if self.hint and self.hint in observation:
-            raise _Stop("hint_not_leaked", f"{where}: the hint appears in the observation")
+            if self.quality:
+                raise _Stop("hint_not_leaked", f"{where}: the hint appears in the observation")
+            self.leaks.append(where)
 
     async def _reset(self) -> str:
         observation, _ = await _attributed(self.episode.reset(seed=self.seed), "no_exceptions")
@@ -108,7 +122,7 @@ class _Play:
         result = await _attributed(self.episode.step(action), phase)
         where = f"seed {self.seed}, step({action[:40]!r})"
         self._observe(result.observation, where)
-        low, high = REWARD_RANGE
+        low, high = REWARD_RANGE if self.quality else REFERENCE_REWARD_RANGE
         if not low <= result.reward <= high:
             raise _Stop("rewards_finite_in_range", f"{where}: reward {result.reward} outside [{low}, {high}]")
         return result.observation, result.reward, result.terminated, result.truncated
@@ -174,7 +188,7 @@ def _static(source: str) -> tuple[list[Check], str]:
 
 
 async def _dynamic(pool: SandboxPool, source: str, hint: str | None, max_turns: int,
-                   seeds: tuple[int, ...]) -> tuple[dict[str, Check], str]:
+                   seeds: tuple[int, ...], quality: bool = True) -> tuple[dict[str, Check], str]:
     results: dict[str, Check] = {}
     class_name = ""
     plays: list[tuple[_Play, _Play]] = []
@@ -186,7 +200,7 @@ async def _dynamic(pool: SandboxPool, source: str, hint: str | None, max_turns: 
                     async with pool.open_episode(source, fresh_worker=fresh, wait_for_cleanup=True) as episode:
                         class_name = episode.class_name
                         results["loads"] = Check("loads", True, f"{class_name}() instantiated in the sandbox")
-                        play = _Play(episode, seed, max_turns, hint)
+                        play = _Play(episode, seed, max_turns, hint, quality)
                         await play.run()
                         pair.append(play)
                 except EpisodeFailed as failure:  # raised while loading: whatever the kind, it did not load
@@ -197,27 +211,30 @@ async def _dynamic(pool: SandboxPool, source: str, hint: str | None, max_turns: 
     except _Stop as stop:
         results[stop.check] = Check(stop.check, False, stop.detail)
         return results, class_name
-    _conclude(results, plays, hint, max_turns)
+    _conclude(results, plays, hint, max_turns, quality)
     return results, class_name
 
 
 def _conclude(results: dict[str, Check], plays: list[tuple["_Play", "_Play"]], hint: str | None,
-              max_turns: int) -> None:
+              max_turns: int, quality: bool = True) -> None:
     count = len(plays)
     results["return_types"] = Check("return_types", True, "reset -> (str, dict), step -> (str, float, bool, bool, "
                                                           "dict)")
     results["no_exceptions"] = Check("no_exceptions", True, f"{count} seeds x 2 plays without an exception")
     results["within_limits"] = Check("within_limits", True, "no timeout, crash or resource limit")
     results["clean_exit"] = Check("clean_exit", True, "every episode left the interpreter as it found it")
-    results["rewards_finite_in_range"] = Check("rewards_finite_in_range", True, "every reward finite, in [-1, 1]")
+    low, high = REWARD_RANGE if quality else REFERENCE_REWARD_RANGE
+    results["rewards_finite_in_range"] = Check("rewards_finite_in_range", True, f"every reward finite, in [{low:g}, {high:g}]")
     results["ends_within_max_turns"] = Check("ends_within_max_turns", True,
                                              f"every fuzzed episode ended within {max_turns} turns")
     results["observation_size"] = Check("observation_size", True, f"every observation <= {MAX_OBSERVATION_CHARS} "
                                                                   "characters")
     results["malformed_action"] = Check("malformed_action", True, f"{len(MALFORMED_ACTIONS)} malformed actions "
                                                                   "answered without an exception")
-    results["hint_not_leaked"] = Check("hint_not_leaked", True, "the hint never appeared" if hint else "no hint "
-                                                                                                      "given")
+    leaks = [where for a, _ in plays for where in a.leaks]
+    results["hint_not_leaked"] = Check("hint_not_leaked", True, f"note: the hint appears in the observation at {leaks[0]} "
+                                       "(accepted: quality checks off)" if leaks else
+                                       "the hint never appeared" if hint else "no hint given")
     differing = [a.seed for a, b in plays if _same(a.trajectory, b.trajectory) is False]
     results["deterministic"] = Check(
         "deterministic", not differing,
@@ -225,17 +242,18 @@ def _conclude(results: dict[str, Check], plays: list[tuple["_Play", "_Play"]], h
         else "each seed gave the same trajectory twice (in two processes)")
     distinct = {repr(a.signature) for a, _ in plays}
     results["seeds_differ"] = Check(
-        "seeds_differ", count < 2 or len(distinct) > 1,
+        "seeds_differ", True,
         f"{len(distinct)} distinct games from {count} seeds" if len(distinct) > 1 or count < 2
-        else f"seeds {', '.join(str(a.seed) for a, _ in plays)} all gave the same first observation, solution "
-             "and scripted play")
+        else f"note: seeds {', '.join(str(a.seed) for a, _ in plays)} all gave the same first observation, solution "
+             "and scripted play (accepted: hidden randomness or a fixed puzzle)")
     if all(a.solution is None for a, _ in plays):
         results["solution_wins"] = Check("solution_wins", True, "no solution() offered")
     else:
         lost = [(a.seed, a.solution_outcome) for a, _ in plays if a.solution_outcome != "won"]
-        results["solution_wins"] = Check(
-            "solution_wins", not lost,
-            f"seed {lost[0][0]}: playing solution() {lost[0][1]}" if lost else f"solution() won all {count} seeds")
+        detail = f"seed {lost[0][0]}: playing solution() {lost[0][1]}" if lost else f"solution() won all {count} seeds"
+        if lost and not quality:
+            detail = f"note: {detail} (accepted: quality checks off)"
+        results["solution_wins"] = Check("solution_wins", not lost or not quality, detail)
 
 
 def _same(first: list[Any], second: list[Any]) -> bool:
@@ -251,18 +269,25 @@ def _same(first: list[Any], second: list[Any]) -> bool:
 
 
 async def validate_environment(pool: SandboxPool, source: str, *, hint: str | None = None, max_turns: int = 25,
-                               seeds: tuple[int, ...] = (0, 1, 2)) -> Verdict:
-    """Check a design statically, then by playing it in `pool`. Never raises for a bad design."""
+                               seeds: tuple[int, ...] = (0, 1, 2), quality_checks: bool = True) -> Verdict:
+    """Check a design statically, then by playing it in `pool`. Never raises for a bad design.
+    `quality_checks=False`: the project's quality filters report notes instead of rejecting (module docstring)."""
     seeds = tuple(seeds)
     if not seeds:
         raise ValueError("validate_environment needs at least one seed")
+    from actors.tool_use import is_tool_use_source  # the tool-use setting's designs have checks of their own
+
+    if is_tool_use_source(source):
+        from actors.tool_use.validator import validate_tool_use
+
+        return await validate_tool_use(pool, source, hint=hint, seeds=seeds, quality_checks=quality_checks)
     hint = hint.strip() if hint and hint.strip() else None
     repaired = repair_fstring_braces(source)
     checks, class_name = _static(repaired)
     by_name = {c.name: c for c in checks}
     static_failure = next((c for c in checks if not c.passed), None)
     if static_failure is None:
-        dynamic, loaded_name = await _dynamic(pool, repaired, hint, max_turns, seeds)
+        dynamic, loaded_name = await _dynamic(pool, repaired, hint, max_turns, seeds, quality_checks)
         by_name.update(dynamic)
         class_name = loaded_name or class_name
     first_failed = next((by_name[n] for n in STATIC_CHECKS + DYNAMIC_CHECKS if n in by_name

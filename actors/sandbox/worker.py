@@ -36,6 +36,7 @@ from operator import is_
 # isolation.worker_source() puts landlock.py's and seccomp.py's texts in place of the next two lines
 from actors.sandbox.landlock import install_landlock, landlock_read_paths
 from actors.sandbox.seccomp import install_seccomp
+from actors.sandbox.tool_env import ToolUseBaseEnv, tool_plan_replies, tool_request
 
 DETAIL_CHARS = 2000
 WORKER_FILE = sys._getframe().f_code.co_filename  # "<string>" when started with -c
@@ -272,7 +273,7 @@ class Worker:
 
     def serve(self):
         handlers = {"load": self.load, "reset": self.reset, "step": self.step, "solution": self.solution,
-                    "end": self.end}
+                    "end": self.end, "call_tool": self.tool, "inspect_tools": self.tool}
         while True:
             try:
                 request = self.channel.receive()
@@ -302,6 +303,7 @@ class Worker:
         module = types.ModuleType(MODULE_NAME)
         self.episode_builtins = dict(self.pristine_builtins)
         module.__dict__["__builtins__"] = self.episode_builtins
+        module.__dict__["ToolUseBaseEnv"] = ToolUseBaseEnv  # the tool-use setting's base class (tool_env.py)
         self.module = module
         sys.modules[MODULE_NAME] = module
         linecache.cache[SOURCE_NAME] = (len(source), None, source.splitlines(True), SOURCE_NAME)
@@ -374,6 +376,8 @@ class Worker:
             if not callable(getattr(self.env, "solution", None)):
                 return {"type": "solution", "actions": None}
             actions = self.call("solution")
+            if isinstance(self.env, ToolUseBaseEnv) and actions is not None:
+                actions = tool_plan_replies(actions)  # the tool-call plan as the replies of a scripted agent
             if actions is None:
                 return {"type": "solution", "actions": None}
             if isinstance(actions, str):
@@ -383,6 +387,14 @@ class Worker:
             if not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in actions):
                 return failure("protocol", "solution() must return a list of str")
             return {"type": "solution", "actions": [a if isinstance(a, str) else str(a) for a in actions]}
+        except BaseException as exc:  # noqa: BLE001
+            return failure(kind_of(exc), describe(exc))
+
+    def tool(self, request):
+        """A tool call or the tool-use specs (tool_env.py), on the loaded environment."""
+        try:
+            sys.stdout = sys.stderr = self.sink
+            return tool_request(self.env, request)
         except BaseException as exc:  # noqa: BLE001
             return failure(kind_of(exc), describe(exc))
 
@@ -460,7 +472,7 @@ def main():
             return
         worker = Worker(channel, config)
         sys.stdout = sys.stderr = worker.sink
-        worker.snapshot = Snapshot(worker.allowed, worker.pristine_builtins)
+        worker.snapshot = Snapshot(worker.allowed, worker.pristine_builtins, ToolUseBaseEnv.__dict__)  # watched too
         worker.snapshot.watch_scratch(os.getcwd() if config["guard_writes"] else "/tmp")
         gc.collect()
         gc.freeze()  # later collections only walk what the episodes allocated

@@ -80,3 +80,29 @@ def test_episode_return_rules():
     assert episode_return(5.0, True) == 1.0
     assert episode_return(0.7, False) == 0.0
     assert episode_return(float("nan"), True) == 0.0
+
+
+def test_a_cut_off_reply_ends_the_episode_when_asked():
+    """The reference: a reply without an end-of-turn token (cut at the token limit) ends the episode, truncated."""
+    async def main(config):
+        async with open_sandbox_pool(workers=1) as pool:
+            return await play_episode(_task(PICK), batcher=FakeBatcher(["\\boxed{1}", "\\boxed{2}"]), pool=pool, tokenizer=FakeTokenizer(), play_config=config, worker_id="w")
+
+    cut = trio.run(main, PlayConfig(max_turns=3, end_on_cutoff=True))
+    assert cut.status == "truncated" and cut.episode_return == 0.0 and cut.turns == []
+    assert cut.failure.startswith("cut off: the reply reached play.agent_max_tokens")
+    played = trio.run(main, PlayConfig(max_turns=3))  # the default keeps playing a cut reply
+    assert len(played.turns) >= 1
+
+
+def test_a_hung_step_fails_the_play_in_the_words_the_engine_retires_it_by():
+    from engine.plays import hung
+
+    loops = PICK.replace("        self.turn_count += 1\n", "        self.turn_count += 1\n        while True:\n            pass\n", 1)
+
+    async def main():
+        async with open_sandbox_pool(workers=1, step_timeout_s=0.5) as pool:
+            return await play_episode(_task(loops), batcher=FakeBatcher(["\\boxed{1}"]), pool=pool, tokenizer=FakeTokenizer(), play_config=PlayConfig(max_turns=2), worker_id="w")
+
+    result = trio.run(main)
+    assert result.status == "failed" and hung(result), result.failure

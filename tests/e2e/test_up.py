@@ -148,7 +148,7 @@ def test_up_runs_the_whole_loop(tiny_model_path, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "run directory:" in result.stdout
     report = (run_dir / "report.html").read_text()
-    assert "<svg" in report and "single_env_class" in report  # plots, and the rejected design's failed check
+    assert "data:image/png;base64," in report and "single_env_class" in report  # plots, and the rejected design's failed check
 
     store = Store.open(run_dir / "store", readonly=True)
     envs = list(store.environments())

@@ -109,3 +109,12 @@ def test_a_batch_naming_a_missing_trajectory_is_a_damaged_store(tmp_path):
     assert "batch 2" in str(caught.value)
     assert stored_batch_samples(store, BatchRecord(version=0, step=0, checkpoint=False, entries=[])) == []
     store.close()
+
+
+def test_hinted_plays_give_no_agent_sample_unless_asked():
+    """The reference's agent batch is the unhinted plays; `play.train_hint_plays` adds the hinted ones."""
+    plays = [_play("a-nh-0", "a", "no_hint", 1.0), _play("a-h-0", "a", "hint", 1.0), _play("a-nh-1", "a", "no_hint", 0.0),
+             _play("a-h-1", "a", "hint", 0.0)]
+    samples, zero_groups = agent_samples(plays, train_hint=False)
+    assert [s.sample_id for s in samples] == ["a-nh-0", "a-nh-1"] and zero_groups == 0
+    assert [s.arm for s in agent_samples(plays, train_hint=True)[0]] == ["no_hint", "no_hint", "hint", "hint"]

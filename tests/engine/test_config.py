@@ -30,6 +30,58 @@ def test_paper_preset_has_the_paper_schedule():
     assert (config.curriculum.refresh_interval, config.play.max_turns) == (4, 25)
 
 
+def test_paper_preset_resolves_to_the_reference_values():
+    """spade-reference.md sections 2-7 and 9 (the games launchers), field by field."""
+    c = load_config("paper")
+    cur, play, reward, learner, objective = c.curriculum, c.play, c.reward, c.learner, c.learner.objective
+    assert c.run.steps == 400
+    assert (cur.envs_per_step, cur.refresh_interval, cur.skills_per_refresh, len(cur.skills)) == (24, 4, 3, 6)
+    assert (cur.design_attempts, cur.max_passage_words, cur.reuse_valid_envs, cur.use_corpus) == (5, 6000, False, True)
+    assert (cur.memory_positives, cur.memory_negatives, cur.example_code_chars, cur.memory_capacity) == (2, 1, 2000, 200)
+    assert cur.retire_hanging_envs
+    assert (play.plays_per_env, play.hint_plays_per_env, play.hint_plays, play.train_hint_plays) == (8, 16, "refresh", False)
+    assert (play.max_turns, play.agent_max_tokens, play.max_context_tokens, play.end_on_cutoff) == (25, 8192, 32768, True)
+    assert (play.designer_max_tokens, play.hint_max_tokens, play.hint_attempts, play.hint_retry_backoff_s) == (16384, 4096, 3, 1.0)
+    assert (play.agent_temperature, play.designer_temperature, play.hint_temperature, play.top_p, play.top_k) == (0.6, 0.6, 0.3, 0.95, 20)
+    assert play.partial_rewards and not play.quality_checks
+    assert (reward.designer_reward, reward.regret_floor, reward.regret_weight, reward.plateau_weight) == ("blend", 0.15, 0.4, 0.6)
+    assert (reward.plateau_low, reward.plateau_high, reward.plateau_ramp, reward.win_rate) == (0.4, 0.6, 0.25, "mean_return")
+    assert (reward.designer_scale, reward.designer_advantage, reward.train_designer) == (0.0, "centred", True)
+    assert (reward.hang_penalty, reward.hang_penalty_every_variant) == (-0.5, False)
+    assert (learner.learning_rate, learner.weight_decay, learner.betas, learner.lr_schedule) == (1e-6, 0.1, [0.9, 0.98], "constant")
+    assert (learner.loss_aggregation, learner.designer_weight, learner.agent_weight) == ("sample_mean", 1.0, 1.0)
+    assert (objective.name, objective.clip_low, objective.clip_high, objective.tis_cap, objective.kl_coef) == ("tis", 0.2, 0.28, 2.0, 0.0)
+    assert c.sandbox.step_timeout_s == 30.0
+
+
+def test_presets_combine_left_to_right_and_every_ablation_is_an_overlay():
+    from engine.config import PRESETS
+
+    assert set(PRESETS) >= {"default", "paper", "no-corpus", "no-memory", "frozen-designer", "solve-rate", "learning-progress", "two-skills", "fixed-envs"}
+    both = load_config("paper,frozen-designer,no-memory")
+    assert (both.curriculum.envs_per_step, both.reward.train_designer, both.curriculum.memory_positives, both.curriculum.memory_negatives) == (24, False, 0, 0)
+    small = load_config("no-memory")
+    assert small.curriculum.envs_per_step == load_config().curriculum.envs_per_step  # an ablation alone keeps the CPU size
+    assert load_config("solve-rate").reward.regret_weight == 0.0 and load_config("solve-rate").reward.plateau_weight == 1.0
+    assert load_config("two-skills").curriculum.skills == ["Mathematical Reasoning", "Pattern Recognition"]
+    assert load_config("learning-progress").reward.designer_reward == "learning_progress"
+    assert not load_config("no-corpus").curriculum.use_corpus and not load_config("fixed-envs").curriculum.design
+    with pytest.raises(ConfigError, match=r"^unknown preset 'papr' \(known: default, paper, .*; combine them as paper,no-memory\)$"):
+        load_config("paper,papr")
+    with pytest.raises(ConfigError, match=r"^curriculum.fixed_envs is played only without a designer"):
+        load_config(overrides=["curriculum.fixed_envs=/tmp"])
+
+
+def test_up_help_lists_every_preset(monkeypatch):
+    from engine.cli import build_parser
+    from engine.config import PRESETS
+
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option: no name is wrapped at its hyphen
+    up = build_parser()._subparsers._group_actions[0].choices["up"]
+    text = up.format_help()
+    assert all(name in text for name in PRESETS), text
+
+
 def test_round_trip_through_toml(tmp_path):
     config = load_config(overrides=["run.steps=5"])
     path = tmp_path / "config.toml"

@@ -96,3 +96,22 @@ def test_bad_seed_folders_are_named(tmp_path, manifest, message):
         (tmp_path / "manifest.json").write_text(manifest)
     with pytest.raises(SeedsError, match=f"^curriculum.seeds: .*{message}"):
         load_seeds(tmp_path)
+
+
+def test_a_fixed_pool_is_drawn_without_replacement_across_refreshes(tmp_path):
+    from engine.curriculum import load_environment_folder, pool_draw
+
+    draws = [pool_draw(20, 3, r, seed=0) for r in range(6)]  # 20 // 3 = 6 refreshes per pass
+    drawn = [i for d in draws for i in d]
+    assert len(set(drawn)) == 18 and all(0 <= i < 20 for i in drawn)
+    assert pool_draw(20, 3, 6, seed=0) != draws[0] and pool_draw(20, 3, 2, seed=0) == draws[2]  # a new pass; repeatable
+    assert pool_draw(2, 3, 0, seed=0) in ([0, 1], [1, 0])  # more slots than environments: each once
+    for i in range(3):
+        (tmp_path / f"g{i}.py").write_text(f"class G{i}Env: ...\n")
+    pool = load_environment_folder(tmp_path)
+    assert [(e.name, e.skill, e.hint) for e in pool] == [("g0", "", ""), ("g1", "", ""), ("g2", "", "")]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SeedsError, match=r"^curriculum.fixed_envs: .* holds no .py environments$"):
+        load_environment_folder(tmp_path / "empty")
+    with pytest.raises(SeedsError, match=r"^curriculum.fixed_envs: .* is not a folder of environment .py files$"):
+        load_environment_folder(tmp_path / "missing")

@@ -134,3 +134,37 @@ def test_memory_records_the_environments_made_now_and_evicts(tmp_path):
     new = memory["new"]
     assert (new.win_rate, new.regret, new.step, new.name, new.code) == (0.5, 0.5, 4, "NewEnv", "x" * 10)
     store.close()
+
+
+def test_no_hint_means_regret_zero_and_a_hung_call_means_the_penalty(store):
+    import msgspec
+
+    with store.batch() as batch:
+        batch.put_environment(msgspec.structs.replace(_env("e4", "B"), hint=""))  # every hint call failed
+        batch.put_trajectory(_design("e4", "B"))
+        for i, value in enumerate([1.0, 0.0]):
+            batch.put_trajectory(_play(f"e4-0-{i}", "e4", "B", "no_hint", 0, value))
+        hung = _play("e3-hung", "e3", "B", "no_hint", 1, 0.0, status="failed")
+        batch.put_trajectory(msgspec.structs.replace(hung, failure="timeout: the call took longer than 10 s"))
+    rewards = {r.record.env_id: r.record for r in close_window(store, RewardConfig(), K, 1, 8)}
+    assert rewards["e4"].regret == 0.0 and rewards["e4"].hint_return == rewards["e4"].no_hint_return == 0.5
+    assert rewards["e3"].raw_reward == -0.5  # the default applies the hang penalty to the blend too
+    reference = {r.record.env_id: r.record for r in close_window(store, RewardConfig(hang_penalty_every_variant=False), K, 1, 8)}
+    assert reference["e3"].raw_reward > 0  # the reference's blend recompute ignores the hang
+
+
+def test_learning_progress_reads_the_earlier_windows_from_the_store(store):
+    config = RewardConfig(designer_reward="learning_progress")
+    first = {r.record.env_id: r.record for r in close_window(store, config, K, 1, 8)}
+    # window win rates (mean return of the unhinted plays of steps 0-1): e1 1/4, e2 1/4, e3 0; skill A's EMA starts
+    # at their mean 0.25, so both A environments are at distance 0; e3 alone in B likewise
+    assert {e: (r.win_rate, r.raw_reward) for e, r in first.items()} == {"e1": (0.25, 0.0), "e2": (0.25, 0.0), "e3": (0.0, 0.0)}
+    with store.batch() as batch:  # a second refresh at step 2 with one environment of skill A that always wins
+        batch.put_environment(_env("n1", "A", step=2))
+        batch.put_trajectory(_design("n1", "A", step=2))
+        for step in (2, 3):
+            for i in range(2):
+                batch.put_trajectory(_play(f"n1-{step}-{i}", "n1", "A", "no_hint", step, 1.0))
+    (second,) = close_window(store, config, K, 3, 8)
+    mu = 0.15 * 0.25 + 0.85 * 1.0  # updated with this window's mean before it is read
+    assert second.record.win_rate == 1.0 and second.record.raw_reward == pytest.approx(1.0 - mu)

@@ -8,6 +8,10 @@ from engine.messages import (
     DesignResult,
     DesignTask,
     EngineToLearner,
+    FetchChunk,
+    FetchFailed,
+    FetchManifest,
+    FetchRunInfo,
     EngineToWorker,
     Heartbeat,
     HelloAgain,
@@ -17,13 +21,19 @@ from engine.messages import (
     MemoryExample,
     PlayResult,
     PlayTask,
+    PolicyChunk,
+    PolicyFile,
+    PolicyManifest,
     PolicyPublished,
     PolicyUpdate,
+    RunInfo,
     Sample,
     Shutdown,
     TaskFailed,
     TrainBatch,
     TurnRecord,
+    ValidateResult,
+    ValidateTask,
     WorkerBye,
     WorkerHello,
     WorkerToEngine,
@@ -92,10 +102,22 @@ EXAMPLES = {
     PolicyUpdate: PolicyUpdate(version=3, path="/run/policy/3"),
     HelloAgain: HelloAgain(),
     Shutdown: Shutdown(reason="done"),
-    LearnerHello: LearnerHello(pid=456, policy_version=0, policy_path="/run/policy/0"),
+    LearnerHello: LearnerHello(pid=456, policy_version=0, policy_path="/run/policy/0", token="secret"),
+    FetchRunInfo: FetchRunInfo(worker_id="w1"),
+    FetchManifest: FetchManifest(version=3),
+    FetchChunk: FetchChunk(version=3, file="model.safetensors", offset=524288, receipts=[7, 8]),
+    RunInfo: RunInfo(config="[run]\nsteps = 3\n", model_path="/models/tiny", policy_version=3, policy_path="/run/policy/v000003"),
+    PolicyManifest: PolicyManifest(version=3, files=[PolicyFile(name="adapter_config.json", size=12, sha256="ab" * 32)], chunk_bytes=524288),
+    PolicyChunk: PolicyChunk(version=3, file="adapter_config.json", offset=0, data=b"{}\x00\xff", ticket=2**62),
+    FetchFailed: FetchFailed(version=2, reason="pruned"),
     PolicyPublished: PolicyPublished(version=4, path="/run/policy/4", step=3, metrics={"loss": 0.125, "kl": 0.0}),
     LearnerFailed: LearnerFailed(reason="CUDA out of memory"),
     TrainBatch: TrainBatch(step=3, samples=[_sample(), _sample("designer", "design")], checkpoint=True),
+    ValidateTask: ValidateTask(task_id="t6", env_id="t4", skill="logic", code="class AEnv: ...", hint="think", author="w1", step=4),
+    ValidateResult: ValidateResult(
+        task_id="t6", worker_id="w2", env_id="t4", valid=False, reason="reset failed", checks=[("reset", False, "boom")],
+        sandbox="other_worker", seconds=0.25,
+    ),
 }
 
 
@@ -234,3 +256,14 @@ def test_the_transport_turns_bad_messages_into_protocol_errors_naming_the_field(
     for payload, detail in cases:
         with pytest.raises(ProtocolError, match=rf"^undecodable message \({len(payload)} bytes\): .*{detail}"):
             worker_socket._decode(payload)
+
+
+def test_peer_chosen_names_and_slots_are_bounded():
+    """A huge worker id never decodes (so it is never echoed in a log line), nor a hello whose slots would break
+    the dispatcher's arithmetic."""
+    decoder = msgspec.msgpack.Decoder(WorkerToEngine)
+    with pytest.raises(msgspec.ValidationError, match=r"length <= 128"):
+        decoder.decode(_raw(EXAMPLES[Heartbeat], worker_id="w" * 100_000))
+    for slots in (0, -1, 10**9):
+        with pytest.raises(msgspec.ValidationError, match=r"at `\$\.slots`"):
+            decoder.decode(_raw(EXAMPLES[WorkerHello], slots=slots))

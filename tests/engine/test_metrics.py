@@ -122,3 +122,24 @@ def test_a_half_written_last_line_does_not_swallow_the_next_new_row(tmp_path):
         except json.JSONDecodeError:
             pass
     assert [(r["step"], r["policy_version"]) for r in rows] == [(0, 1), (1, 2)]
+
+
+def _unhinted(env_id, episode_return):
+    return _play(env_id, "no_hint", episode_return, rules=())
+
+
+def test_learnable_shares_per_step_over_slots_and_over_the_window():
+    """`learnable_share` is over the environments played; `learnable_share_budget` over every slot; the window
+    share (the paper's Figure 6) over every slot of the window's steps, a failed slot counting 0."""
+    from engine.metrics import window_share
+
+    outcome = _outcome(step=5)  # 4 slots, 2 environments played: e1 wins 1 of 2 (learnable), e2 2 of 2 (not)
+    outcome.plays = [_unhinted("e1", 1.0), _unhinted("e1", 0.0), _unhinted("e2", 1.0), _unhinted("e2", 1.0)]
+    outcome.results = list(outcome.plays)
+    row = step_metrics(outcome, k=4, env_slots=4, isolation="x")
+    assert (row["learnable_share"], row["learnable_envs"], row["learnable_share_budget"]) == (0.5, 1, 0.25)
+    assert (row["hint_plays"], row["mean_regret"]) == (0, 0.0)  # no hinted plays: no regret (not minus the return)
+    rows = {4: {"env_slots": 4, "learnable_envs": 3}, 5: row, 6: {"env_slots": 4, "learnable_envs": 0}}
+    assert window_share(rows, 4, 5) == pytest.approx(4 / 8)
+    assert window_share(rows, 4, 6) == pytest.approx(4 / 12)  # a step whose slots all failed counts 0
+    assert window_share({}, 0, 3) == 0.0

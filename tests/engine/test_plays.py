@@ -11,8 +11,8 @@ def _env(env_id, skill="A"):
                      designed_now=True, class_name=f"{env_id.upper()}Env")
 
 
-def _config(g=3, h=2, seed=0):
-    return load_config(overrides=[f"play.plays_per_env={g}", f"play.hint_plays_per_env={h}", f"run.seed={seed}"])
+def _config(g=3, h=2, seed=0, hint_plays="refresh"):
+    return load_config(overrides=[f"play.plays_per_env={g}", f"play.hint_plays_per_env={h}", f"run.seed={seed}", f"play.hint_plays={hint_plays}"])
 
 
 def _seeds(tasks):
@@ -28,6 +28,17 @@ def test_each_environment_gets_g_plays_without_and_h_with_its_hint():
         assert all(t.skill == skill and t.code == f"class {env_id.upper()}Env: ..." and t.step == 4 for t in mine)
         assert all(t.hint == (f"hint for {env_id}" if t.arm == "hint" else "") for t in mine)
     assert len({t.task_id for t in tasks}) == len(tasks)
+
+
+def test_hinted_plays_only_at_a_refresh_step_for_environments_made_there():
+    """The reference: the hinted plays give the regret at the refresh step, nothing else (k = 2 by default)."""
+    made, reused, hintless = _env("e1"), _env("e2"), _env("e3")
+    reused.designed_now, hintless.hint = False, ""
+    arms = lambda tasks: sorted((t.env_id, t.arm) for t in tasks if t.arm == "hint")
+    assert arms(play_tasks(_config(g=1, h=2), 4, [made, reused, hintless])) == [("e1", "hint")] * 2
+    assert arms(play_tasks(_config(g=1, h=2), 5, [made, reused, hintless])) == []
+    every = play_tasks(_config(g=1, h=1, hint_plays="every_step"), 5, [made, reused, hintless])
+    assert arms(every) == [("e1", "hint"), ("e2", "hint")]  # an environment without a hint never gets one
 
 
 def test_an_arm_with_no_plays_sends_nothing():
@@ -53,7 +64,7 @@ def test_seeds_are_deterministic_and_differ_across_step_arm_index_and_run_seed()
 
 
 def test_task_ids_are_unique_and_name_step_env_arm_and_index():
-    tasks = play_tasks(_config(g=2, h=1), 7, [_env("e1")])
+    tasks = play_tasks(_config(g=2, h=1, hint_plays="every_step"), 7, [_env("e1")])
     assert [t.task_id for t in tasks] == ["s0007-e1-no_hint-00", "s0007-e1-no_hint-01", "s0007-e1-hint-00"]
 
 

@@ -79,7 +79,7 @@ SEEDS = [
 def _designs(tmp_path, *overrides):
     config = load_config(overrides=[
         'curriculum.skills=["A", "B"]', "curriculum.skills_per_refresh=2", "curriculum.envs_per_step=3",
-        "curriculum.design_attempts=3", *overrides,
+        "curriculum.design_attempts=3", "curriculum.revalidate=false", *overrides,  # tests/engine/test_revalidate.py
     ])
     store = Store.open(tmp_path / "store")
     sampler = PassageSampler([Passage(f"p{i}", f"passage number {i}") for i in range(20)], seed=0)
@@ -266,3 +266,39 @@ def test_without_a_designer_no_design_is_asked_for_and_the_seeds_are_played(tmp_
     assert list(store.trajectories()) == []
     store.close()
 
+
+
+def test_a_fixed_folder_is_drawn_without_replacement_across_refreshes(tmp_path):
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    for i in range(7):
+        (pool / f"g{i}.py").write_text(f"class G{i}Env:\n    pass\n")
+    designs, store = _designs(tmp_path, "curriculum.design=false", f"curriculum.fixed_envs={pool}", "curriculum.refresh_interval=1")
+    designs.seed_memory(SEEDS)
+    drawn = [[e.env_id for e in _refresh(designs, Workers(), step=step).active] for step in range(2)]
+    assert all(len(ids) == 3 for ids in drawn) and len(set(drawn[0] + drawn[1])) == 6  # 6 of the 7, none twice
+    assert all(env_id.startswith("fixed-g") for ids in drawn for env_id in ids)
+    assert {e.skill for e in store.environments() if e.env_id.startswith("fixed-")} <= {"A", "B"}  # the slots' skills
+    store.close()
+
+
+def test_a_hung_environment_is_retired_and_never_reused(tmp_path):
+    from engine.curriculum import ActiveEnv
+    from engine.messages import PlayResult
+
+    designs, store = _designs(tmp_path)
+    with store.batch() as batch:
+        batch.put_environment(_env("e1", "A"))
+        batch.put_environment(_env("e2", "A", step=1))
+    active = [ActiveEnv.of(store.environment("e1"), designed_now=True), ActiveEnv.of(store.environment("e2"), designed_now=True)]
+    play = PlayResult(task_id="t", worker_id="w", env_id="e1", arm="no_hint", seed=0, status="failed",
+                      failure="timeout: the call took longer than 10 s", episode_return=0.0, turns=[],
+                      agent=_sample("t", "agent", "e1", "A", "no_hint", 3), tokens_generated=0, seconds=10.0)
+    assert designs.retire(3, [play], active) == {"e1"}
+    assert [e.env_id for e in active] == ["e2"]
+    assert store.environment("e1").valid and store.environment("e1").reason.startswith("retired: a call hung at step 3")
+    assert designs.reuse("A", {"e2"}) is None  # e1 is never played again ...
+    store.close()
+    again, store = _designs(tmp_path)  # ... not even after a restart
+    assert again.retired == {"e1"}
+    store.close()

@@ -140,7 +140,8 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_
     for name, value in resumed.model.state_dict().items():
         assert torch.equal(value, published[name]), name
     for mine, theirs in zip(resumed.optimizer.state_dict()["state"].values(), single.optimizer.state_dict()["state"].values()):
-        torch.testing.assert_close(mine["exp_avg"], theirs["exp_avg"], rtol=1e-4, atol=1e-9)
+        # atol: float32 summation order on ~1e-6 gradients (the per-sample mean's are a few times the token mean's)
+        torch.testing.assert_close(mine["exp_avg"], theirs["exp_avg"], rtol=1e-4, atol=5e-9)
 
 
 def test_learner_process_under_torchrun_serves_the_engine_and_resumes(tiny_model_path, tmp_path):

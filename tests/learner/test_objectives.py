@@ -242,3 +242,47 @@ def test_decoupled_ppo_gradient_matches_finite_differences_in_float64():
         return aggregate(losses, kept, ["agent", "designer", "agent"], {"agent": 1.0, "designer": 0.7})
 
     assert torch.autograd.gradcheck(loss_of, (logits,), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_the_paper_presets_aggregation_is_the_references_per_sample_mean_by_hand():
+    """Two designer samples (one skill, raw rewards 0.8 and 0.3, the reference's scale 32 = min(192/24*4, 50)) and
+    three agent samples, on-policy under TIS (cap 2): the loss is (1/5) sum_i mean_t(-A_i) and d loss / d logp of
+    row i's tokens is -A_i / (n_i * 5), both roles together."""
+    from engine.config import RewardConfig, load_config
+    from engine.rewards import designer_advantages, designer_scale
+
+    learner = load_config("paper").learner
+    assert (learner.loss_aggregation, learner.objective.name, learner.objective.tis_cap) == ("sample_mean", "tis", 2.0)
+    scale = designer_scale(RewardConfig(), agent_samples=192, designer_samples=24, k=4)
+    assert scale == 32.0
+    d1, d2 = designer_advantages(["Logic", "Logic"], [0.8, 0.3], scale)
+    assert (d1, d2) == pytest.approx((8.0, -8.0))
+    roles = ["designer", "designer", "agent", "agent", "agent"]
+    advantages = torch.tensor([[d1], [d2], [1.0], [-1.0], [0.5]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 0, 0, 1], [0, 0, 0, 1, 1], [0, 1, 1, 1, 1], [0, 0, 1, 1, 1]], dtype=torch.float32)
+    logp = torch.full((5, 5), -1.2, requires_grad=True)
+    losses, kept, _ = token_losses(learner.objective, logp, logp.detach(), logp.detach(), advantages, mask)
+    weights = {"agent": learner.agent_weight, "designer": learner.designer_weight}
+    loss = aggregate(losses, kept, roles, weights, mode=learner.loss_aggregation, row_tokens=mask.sum(-1))
+    loss.backward()
+    assert float(loss) == pytest.approx((-8.0 + 8.0 - 1.0 + 1.0 - 0.5) / 5)
+    expected = torch.tensor([-8.0 / 5, 8.0 / 1, -1.0 / 2, 1.0 / 4, -0.5 / 3]).unsqueeze(-1) / 5 * mask
+    torch.testing.assert_close(logp.grad, expected)
+    # the project's per-role token mean gives the one-token designer sample 8x the weight of a token of the first
+    role_mean = aggregate(losses, kept, roles, weights, mode="role_token_mean")
+    assert float(role_mean) == pytest.approx((-8.0 * 5 + 8.0) / 6 + (-1.0 * 2 + 1.0 * 4 - 0.5 * 3) / 9)
+    # split into micro-batches, with the whole batch's denominators, the per-sample mean adds up to the same
+    parts = [aggregate(losses[rows], kept[rows], [roles[i] for i in rows], weights, mode="sample_mean", row_tokens=mask[rows].sum(-1), samples=5)
+             for rows in ([0, 3], [1, 2, 4])]
+    assert float(sum(parts)) == pytest.approx(float(loss))
+
+
+def test_tis_weights_an_off_policy_token_by_its_capped_ratio_in_the_per_sample_mean():
+    cfg = ObjectiveConfig(name="tis", tis_cap=2.0)
+    logp = torch.zeros(1, 2, requires_grad=True)
+    behaviour = torch.tensor([[-math.log(3.0), 0.0]])  # pi_prox / mu = 3 on token 0 (capped at 2), 1 on token 1
+    losses, kept, _ = token_losses(cfg, logp, logp.detach(), behaviour, torch.tensor([[1.0]]), torch.ones(1, 2))
+    loss = aggregate(losses, kept, ["agent"], {"agent": 1.0}, mode="sample_mean")
+    loss.backward()
+    assert float(loss) == pytest.approx(-(2.0 + 1.0) / 2)
+    torch.testing.assert_close(logp.grad, torch.tensor([[-1.0, -0.5]]))

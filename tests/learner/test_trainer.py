@@ -140,3 +140,63 @@ def test_publish_replaces_a_version_left_by_an_interrupted_run(tiny_model_path, 
     folder = trainer.publish(tmp_path / "policy", keep=2)
     assert folder == left and (folder / "model.safetensors").exists() and not (folder / "partial.bin").exists()
     assert sorted(p.name for p in (tmp_path / "policy").iterdir()) == ["v000001"]
+
+
+def _gradients_of_one_update(trainer, samples):
+    """The gradient the update steps on (before clipping), captured per parameter name."""
+    captured = {}
+    clip = trainer._clip_gradients
+
+    def capture():
+        captured.update({n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+        return clip()
+
+    trainer._clip_gradients = capture
+    metrics = trainer.update(samples)
+    return metrics, captured
+
+
+def test_the_paper_learner_is_a_per_sample_mean_over_both_roles(tiny_model_path):
+    """The paper preset's learner (TIS, sample_mean) on a mixed on-policy batch split into several micro-batches:
+    loss and gradient equal (1/N) sum_i -A_i * mean over row i's tokens of exp(logp - logp.detach())."""
+    import msgspec
+    from transformers import AutoModelForCausalLM
+
+    from engine.config import load_config
+    from learner.logprobs import token_logprobs
+    from engine.messages import unpack_ints, unpack_mask
+
+    samples = _on_policy_samples(tiny_model_path)  # 3 designer + 3 agent samples of 8..13 tokens, A = +-1
+    samples = [msgspec.structs.replace(s, advantage=s.advantage * (8.0 if s.role == "designer" else 1.0)) for s in samples]
+    config = msgspec.structs.replace(load_config("paper").learner, micro_batch_tokens=24)
+    metrics, grads = _gradients_of_one_update(Trainer(tiny_model_path, config), samples)
+    assert metrics["optimizer_step"] == 1 and metrics["trained_samples"] == 6
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    total = 0.0
+    for s in samples:
+        ids = torch.tensor([unpack_ints(s.tokens).tolist()])
+        mask = torch.tensor(unpack_mask(s.loss_mask), dtype=torch.float32)
+        mask[0] = 0.0
+        logp = token_logprobs(model, ids, torch.ones_like(ids), 1.0)[0]
+        total = total - s.advantage * ((torch.exp(logp - logp.detach()) * mask).sum() / mask.sum())
+    loss = total / len(samples)
+    loss.backward()
+    assert metrics["loss"] == pytest.approx(float(loss), abs=1e-5)
+    assert metrics["loss"] == pytest.approx(-sum(s.advantage for s in samples) / 6, abs=1e-5)
+    assert max(float(g.abs().max()) for g in grads.values()) > 1e-2  # far above the tolerance below
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(grads[name], param.grad, rtol=1e-3, atol=2e-6)  # float32, other summation order
+
+
+def test_a_zero_advantage_sample_still_gets_its_kl_gradient(tiny_model_path):
+    """With kl_coef > 0 a zero-advantage sample runs: its k3 term to the reference has a gradient once the policy
+    has moved (at the reference itself that gradient is 0)."""
+    trainer = Trainer(tiny_model_path, LearnerConfig(objective=ObjectiveConfig(kl_coef=0.5), learning_rate=1e-2))
+    trainer.update([_sample("agent", [5, 6, 7, 8, 9], 1.0, "move")])  # the policy leaves the reference
+    metrics, grads = _gradients_of_one_update(trainer, [_sample("agent", [5, 6, 10, 11, 12], 0.0, "zero")])
+    assert metrics["trained_samples"] == 1 and metrics["zero_advantage_samples"] == 1
+    assert metrics["kl_ref"] > 0 and metrics["grad_norm"] > 0
+    assert any(float(g.abs().sum()) > 0 for g in grads.values())
+    without_kl = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2)).update([_sample("agent", [5, 6, 10, 11, 12], 0.0, "zero")])
+    assert without_kl["trained_samples"] == 0 and without_kl["optimizer_step"] == 0  # no KL: nothing to train

@@ -85,7 +85,6 @@ def test_unescaped_fstring_braces_are_repaired_before_validating(shared_pool):
      "call to vars()"),
     (with_changes(("return [str(self.target)]", "return [str(self.target % 10 + 1)]")), "solution_wins",
      "playing solution() did not end"),
-    (with_changes(("random.Random(seed)", "random.Random(7)")), "seeds_differ", "all gave the same"),
     (with_changes(('return "Correct!", 1.0', 'return "Correct!", 2.0')), "rewards_finite_in_range",
      "reward 2.0 outside [-1.0, 1.0]"),
     (with_changes(("if match is None:", "if match is None:\n            raise ValueError(action)")),
@@ -111,3 +110,42 @@ def test_a_hint_only_matters_when_given(shared_pool):
     leaky = with_changes(('f"Guess a number', 'f"Secret plan. Guess a number'))
     assert validate(shared_pool, leaky).valid
     assert not validate(shared_pool, leaky, hint="  Secret plan  ").valid
+
+
+def _check(verdict: Verdict, name: str) -> Check:
+    return next(c for c in verdict.checks if c.name == name)
+
+
+def test_hidden_randomness_and_a_seed_ignoring_game_are_accepted(shared_pool):
+    """Hidden information is what the designer should write: one first observation for every seed (hidden wiring)
+    or one game for every seed (a fixed puzzle) passes, `seeds_differ` noting it where every seed plays the same."""
+    wiring = validate(shared_pool, (HERE / "valid" / "hidden_wiring.py").read_text())
+    assert wiring.valid, wiring.reason
+    puzzle = validate(shared_pool, (HERE / "valid" / "fixed_puzzle.py").read_text())
+    assert puzzle.valid, puzzle.reason
+    note = _check(puzzle, "seeds_differ")
+    assert note.passed and note.detail.startswith("note: seeds 0, 1, 2 all gave the same"), note.detail
+    fixed_seed = validate(shared_pool, with_changes(("random.Random(seed)", "random.Random(7)")))
+    assert fixed_seed.valid and _check(fixed_seed, "seeds_differ").detail.startswith("note: "), fixed_seed.reason
+
+
+@pytest.mark.parametrize(("source", "check", "hint"), [
+    (with_changes(("return [str(self.target)]", "return [str(self.target % 10 + 1)]")), "solution_wins", None),
+    (with_changes(('f"Guess a number', 'f"The number is {self.target}. Guess a number')), "hint_not_leaked", "The number is"),
+])
+def test_without_quality_checks_the_projects_filters_are_notes(shared_pool, source, check, hint):
+    """`play.quality_checks = false` (the paper preset): what the reference's validation accepts is accepted."""
+    assert not validate(shared_pool, source, hint=hint).valid
+    verdict = validate(shared_pool, source, hint=hint, quality_checks=False)
+    assert verdict.valid, verdict.reason
+    assert _check(verdict, check).passed and _check(verdict, check).detail.startswith("note: ")
+
+
+def test_without_quality_checks_rewards_may_reach_the_references_range(shared_pool):
+    two = with_changes(('return "Correct!", 1.0', 'return "Correct!", 2.0'))
+    assert validate(shared_pool, two, quality_checks=False).valid
+    eleven = with_changes(('return "Correct!", 1.0', 'return "Correct!", 11.0'))
+    verdict = validate(shared_pool, eleven, quality_checks=False)
+    assert not verdict.valid and verdict.reason.startswith("rewards_finite_in_range: "), verdict.reason
+    assert "outside [-10.0, 10.0]" in verdict.reason
+
