@@ -5,7 +5,7 @@
 
 Every field has a default and a comment; the resolved config is written to the run directory as
 `config.toml`, and `rollout worker` and `learner` processes read it back from there. Bad input raises
-`ConfigError` with a one-line message naming the field and what to do.
+`ConfigError` with a one-line message naming the field and what to do. Presets (`PRESETS`) combine with commas.
 """
 
 from __future__ import annotations
@@ -16,8 +16,12 @@ from typing import Literal, get_args
 
 import msgspec
 
+from engine.config_sections import ABLATIONS, PAPER, RLVE_PRESET, TOOL_USE_PRESET, EvalConfig, RlveConfig
+from engine.errors import InputError
+from engine.paths import address_problem
 
-class ConfigError(ValueError):
+
+class ConfigError(InputError, ValueError):
     """A user mistake in the configuration: the message names the field and the fix."""
 
 
@@ -31,6 +35,9 @@ class RunConfig(_Section):
     run_dir: str = ""  # empty: runs/<date-time>
     max_staleness: int = 1  # eta: plays start only while the learner is at most this many versions ahead
     log_every_turn: bool = False
+    learnable_window: int = 16  # steps per window of the paper's learnable share (Figure 6; metrics learnable_share_window)
+    tensorboard: bool = False  # also log each metrics row to RUN_DIR/tensorboard, by step and by policy version (tensorboardX)
+    wandb: bool = False  # also log each metrics row to Weights & Biases, offline, under RUN_DIR/wandb (wandb; sync it later)
 
 
 class ModelConfig(_Section):
@@ -39,16 +46,10 @@ class ModelConfig(_Section):
 
 
 class CurriculumConfig(_Section):
-    skills: list[str] = msgspec.field(
-        default_factory=lambda: [
-            "Mathematical Reasoning",
-            "Logical Deduction",
-            "Spatial Reasoning",
-            "Pattern Recognition",
-            "Optimization",
-            "Causal Inference",
-        ]
-    )
+    skills: list[str] = msgspec.field(default_factory=lambda: [
+        "Mathematical Reasoning", "Logical Deduction", "Spatial Reasoning", "Pattern Recognition", "Optimization",
+        "Causal Inference",
+    ])
     skills_per_refresh: int = 3  # active skills each refresh epoch, rotated deterministically
     envs_per_step: int = 3  # environment slots, assigned to active skills round-robin
     refresh_interval: int = 2  # k: new environments every k steps; the designer reward is delayed by k steps
@@ -59,14 +60,26 @@ class CurriculumConfig(_Section):
     memory_positives: int = 1  # positive examples shown to the designer (the reference: 2; prompt length is CPU time)
     memory_negatives: int = 1
     example_code_chars: int = 1500  # characters of each memory example's code shown to the designer (reference: 2000)
-    reuse_valid_envs: bool = True  # a slot whose designs all fail plays an earlier valid environment of its skill
-    design: bool = True  # false: no designer at all, only the seed environments are played (a fixed-env baseline)
+    reuse_valid_envs: bool = True  # a slot whose designs all fail plays an earlier valid one of its skill (reference: empty)
+    # false: no designer; each refresh draws environments without replacement from `fixed_envs` (or the seeds), a new
+    # shuffled pass once the pool is used up (the reference's fixed-pool baseline)
+    design: bool = True
+    fixed_envs: str = ""  # with design = false: a folder of environment .py files (manifest.json optional); empty: seeds
     seeds: str = ""  # a folder with seed environments and manifest.json; empty: actors/seeds
+    use_corpus: bool = True  # false: the designer writes with no passage (the paper's no-corpus ablation, cold-start prompt)
+    retire_hanging_envs: bool = True  # an environment whose call hangs (sandbox.step_timeout_s) is played no more (reference)
+    revalidate: bool = True  # a design claimed valid is validated again before it is played: by another worker, else its author in a fresh sandbox
+    setting: Literal["games", "tool_use"] = "games"  # tool_use: tool APIs and instructions, the agent calls tools (`up --setting tool-use`)
 
 
 class PlayConfig(_Section):
     plays_per_env: int = 2  # G: plays without the hint per environment per step
-    hint_plays_per_env: int = 2  # plays with the hint per environment per step
+    hint_plays_per_env: int = 2  # plays with the hint per environment, when hinted plays are made (`hint_plays`)
+    # refresh: hinted plays only at a refresh step, for the environments made there (the reference: they give the
+    # regret, nothing else); every_step: every active environment at every step
+    hint_plays: Literal["refresh", "every_step"] = "refresh"
+    train_hint_plays: bool = False  # train on the hinted plays as agent samples too (the reference never does)
+    end_on_cutoff: bool = False  # a reply cut at agent_max_tokens ends the episode, return 0 (the reference: true)
     max_turns: int = 3  # cap on an episode's turns (the environment's own max_turns is capped to this)
     agent_max_tokens: int = 48  # new tokens per agent turn
     agent_temperature: float = 0.6
@@ -76,20 +89,34 @@ class PlayConfig(_Section):
     designer_prefill: str = "```python\nimport random\nimport re\n\n\nclass "
     hint_max_tokens: int = 64
     hint_temperature: float = 0.3
+    # Hint calls per design (the reference: 3, 1, 2, 4 s apart); a call fails when it raises or its hint is empty.
+    hint_attempts: int = 3  # with no hint at all the environment is kept, with no hinted plays and regret 0
+    hint_retry_backoff_s: float = 1.0  # the wait after the first failed call, doubled after each further one
+    partial_rewards: bool = True  # the designer prompt allows partial-progress rewards in [0, 1] (reference); false: 1 or 0
+    # The validator's filters beyond the reference's: solution() wins, the hint never shows, rewards in [-1, 1] (the
+    quality_checks: bool = True  # reference: [-10, 10]); false (the reference) turns the first two into notes
     top_p: float = 0.95
     top_k: int = 20
+    tool_timeout_s: float = 30.0  # tool-use setting: each tool call's own time limit in the sandbox (reference 30 s)
+    mask_malformed_tool_calls: bool = False  # tool-use: a reply with an unparsable <tool_call> is not trained on, and reminded
     max_context_tokens: int = 4096  # an episode stops (truncated) when its context would exceed this
 
 
 class RewardConfig(_Section):
-    designer_reward: Literal["blend", "regret"] = "blend"  # blend: the reference's paper runs; regret: the paper's pure
+    # blend: the reference's paper runs; regret: the paper's; learning_progress: the paper's ablation (engine/rewards.py)
+    designer_reward: Literal["blend", "regret", "learning_progress"] = "blend"
     regret_floor: float = 0.15  # blend: regret is normalised as clip(regret / floor, 0, 1)
     regret_weight: float = 0.4
     plateau_weight: float = 0.6
     plateau_low: float = 0.4
     plateau_high: float = 0.6
     plateau_ramp: float = 0.25
-    designer_scale: float = 0.0  # 0: min(#agent samples / #designer samples * k, 50), as the reference
+    # The designer reward's win rate over the window's unhinted plays: their mean return (the reference), or the share > 0
+    win_rate: Literal["mean_return", "share_won"] = "mean_return"
+    progress_gamma: float = 0.85  # learning_progress: the slow EMA's weight on the newest skill win rate (reference 0.85)
+    hang_penalty: float = -0.5  # raw designer reward of an environment with a hung call in its window (reference -0.5)
+    hang_penalty_every_variant: bool = True  # the reference: false, only on its regret path (its blend ignores it)
+    designer_scale: float = 0.0  # 0: min(#agent samples trained / #designer samples * k, 50), as the reference
     designer_advantage: Literal["centred", "standardised"] = "centred"  # within each skill: minus the mean (the reference), or z-score
     train_designer: bool = True
 
@@ -127,7 +154,11 @@ class LearnerConfig(_Section):
     objective: ObjectiveConfig = msgspec.field(default_factory=ObjectiveConfig)
     max_grad_norm: float = 1.0
     micro_batch_tokens: int = 2048  # samples are packed into micro-batches of at most this many tokens
-    designer_weight: float = 1.0  # role weights on the token-mean losses
+    # sample_mean: each sequence's token mean, then the mean over every sequence of the (mini-)batch, both roles
+    # together (the reference); role_token_mean: one token mean per role, the role losses summed (so one designer
+    # sample weighs as much as many agent samples).
+    loss_aggregation: Literal["sample_mean", "role_token_mean"] = "sample_mean"
+    designer_weight: float = 1.0  # role weights on the per-sample (or per-role) losses
     agent_weight: float = 1.0
     threads: int = 0  # torch threads; 0: all cores
     keep_policies: int = 3  # published policy folders kept on disk
@@ -142,6 +173,7 @@ class LearnerConfig(_Section):
     simulated_update_s: float = 0.0  # benchmarks only: sleep this long instead of updating (messages, publishing stay real)
     world_size: int = 1  # learner processes (one per GPU); > 1 runs the learner under torchrun with FSDP2
     device: Literal["auto", "cuda", "cpu"] = "auto"  # auto: cuda (nccl, bf16 autocast) when available, else cpu (gloo, fp32)
+    gpus: list[int] = msgspec.field(default_factory=list)  # GPUs that train (rank r on gpus[r], world_size of them); empty: 0..N-1
     lora_rank: int = 0  # > 0: train a LoRA adapter of this rank (peft) and publish only the adapter; 0: full fine-tuning
     lora_alpha: float = 16.0  # LoRA scaling: the update is (lora_alpha / lora_rank) * B @ A
     lora_dropout: float = 0.0  # dropout on the LoRA branch's input while training
@@ -160,7 +192,9 @@ class SandboxConfig(_Section):
 
 
 class InferenceConfig(_Section):
-    backend: Literal["transformers", "scripted", "timed", "vllm"] = "transformers"  # timed: benchmarks only
+    # auto: vllm where it imports (bin/spade-engine runs from .venv-vllm on CPU machines; not with LoRA), else
+    # transformers. timed: benchmarks only.
+    backend: Literal["auto", "transformers", "scripted", "timed", "vllm"] = "auto"
     max_batch: int = 16  # requests batched into one generate call
     batch_wait_s: float = 0.05  # how long the batcher waits for more requests before generating
     script: str = ""  # scripted backend: a JSON file {"designer": [...], "hint": [...], "agent": [...]}
@@ -170,15 +204,31 @@ class InferenceConfig(_Section):
     timed_seconds_per_token: float = 0.001
     timed_median_tokens: float = 300.0
     timed_sigma: float = 1.0
+    timed_capacity: int = 0  # sequences the timed backend decodes at once, others queue (a real server's limit); 0: unlimited
     timed_max_tokens: int = 8192
+    # vLLM (actors/inference/vllm.py): GPUs that generate (tensor parallel; disjoint from learner.gpus; empty: GPU 0),
+    # memory share reserved per GPU, KV cache GiB (0: 1 on CPU, else from the share), context limit (0: the model's).
+    gpus: list[int] = msgspec.field(default_factory=list)
+    gpu_memory_utilization: float = 0.85
+    kv_cache_gb: float = 0.0
+    max_model_len: int = 0
+    enforce_eager: bool = False  # no torch.compile / CUDA graphs: faster start, slower decode
+    request_timeout_s: float = 1800.0  # one request, and a weight update (drain, reload, cache reset, resume), may
+    sync_timeout_s: float = 300.0  # take this long before failing (a failed weight update fails the worker)
 
 
 class WorkerConfig(_Section):
-    count: int = 1  # rollout workers started by `up`
-    address: str = ""  # the engine's worker socket; empty: ipc:// in /tmp; "tcp://0.0.0.0:5555" for other hosts
+    count: int = 1  # rollout workers started by `up`; 0: only workers attached by hand (`bin/spade-engine worker`)
+    # The engine's worker socket; empty: ipc:// in /tmp; "tcp://0.0.0.0:5555" for other hosts (CURVE-encrypted, only
+    # holders of run_dir/keys/worker.key get in; `up` prints the worker's command line).
+    address: str = ""
+    # The largest frame any socket of the run accepts (ZeroMQ MAXMSGSIZE; a larger one drops the sender's connection
+    # unread). A paper-scale trajectory (32k tokens) is under 1 MB; policy files travel in 512 KiB chunks.
+    max_message_mb: int = 16
     heartbeat_s: float = 2.0
     dead_after_s: float = 60.0  # a worker silent this long is dropped and its tasks requeued
     connect_timeout_s: float = 60.0  # a worker whose hello nobody answers in this long gives up with an error
+    max_rejected: int = 3  # a worker whose results fail the engine's checks this many times is dropped (engine/result_checks.py); 0: never
 
 
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -191,31 +241,31 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     inference: InferenceConfig = msgspec.field(default_factory=InferenceConfig)
     worker: WorkerConfig = msgspec.field(default_factory=WorkerConfig)
+    eval: EvalConfig = msgspec.field(default_factory=EvalConfig)  # in-loop evaluation (engine/config_sections.py)
+    rlve: RlveConfig = msgspec.field(default_factory=RlveConfig)  # the RLVE baseline (engine/config_sections.py)
 
 
-# The paper's schedule (spade-reference.md §9): 24 environments a step, 8 plays and 16 hinted plays, k = 4, 25 turns.
+# `--preset NAME[,NAME...]`: the presets merge left to right over the defaults. The ablations (spade-reference.md
+# section 11) are overlays that change only what the ablation removes, so alone they run at the default's CPU size
+# and `--preset paper,NAME` is the paper-scale ablation (`paper,frozen-designer,no-memory` is the paper's
+# "no designer training, no memory" arm).
 PRESETS: dict[str, dict] = {
     "default": {},
-    "paper": {
-        "run": {"steps": 400, "max_staleness": 4},
-        "curriculum": {
-            "envs_per_step": 24, "refresh_interval": 4, "design_attempts": 5, "max_passage_words": 6000,
-            "memory_positives": 2, "example_code_chars": 2000,
-        },
-        "play": {
-            "plays_per_env": 8,
-            "hint_plays_per_env": 16,
-            "max_turns": 25,
-            "agent_max_tokens": 8192,
-            "designer_max_tokens": 16384,
-            "hint_max_tokens": 4096,
-            "max_context_tokens": 32768,
-        },
-        "learner": {"learning_rate": 1e-6},
-        "inference": {"max_batch": 256, "concurrency": 256},
-        "sandbox": {"workers": 256, "step_timeout_s": 30.0},
-    },
+    "paper": PAPER,
+    **ABLATIONS,
+    "rlve": RLVE_PRESET,  # the fixed-environment RLVE baseline: Reasoning-Gym tasks, sliding-window difficulty
+    "tool-use": TOOL_USE_PRESET,  # the tool-use setting at the reference's 8B/30B schedule (engine/config_sections.py)
 }
+
+
+def resolve_preset(preset: str) -> dict:
+    """The config data of `preset`, one name or several joined by commas (merged left to right)."""
+    data: dict = {}
+    for name in (part.strip() for part in preset.split(",")):
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r} (known: {', '.join(PRESETS)}; combine them as paper,no-memory)")
+        data = _deep_merge(data, PRESETS[name])
+    return data
 
 
 def _deep_merge(base: dict, extra: dict) -> dict:
@@ -310,9 +360,7 @@ def config_from_dict(data: dict) -> Config:
 
 
 def load_config(preset: str = "default", toml_path: str | None = None, overrides: list[str] = ()) -> Config:
-    if preset not in PRESETS:
-        raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})")
-    data = _deep_merge({}, PRESETS[preset])
+    data = resolve_preset(preset)
     if toml_path:
         path = Path(toml_path)
         if not path.is_file():
@@ -329,26 +377,27 @@ def load_config(preset: str = "default", toml_path: str | None = None, overrides
 def check_config(config: Config) -> None:
     """Range checks msgspec's types cannot express."""
     c = config
-    positive = {
-        "run.steps": c.run.steps,
-        "curriculum.envs_per_step": c.curriculum.envs_per_step,
-        "curriculum.refresh_interval": c.curriculum.refresh_interval,
-        "curriculum.design_attempts": c.curriculum.design_attempts,
-        "curriculum.skills_per_refresh": c.curriculum.skills_per_refresh,
-        "play.max_turns": c.play.max_turns,
-        "play.agent_max_tokens": c.play.agent_max_tokens,
-        "play.designer_max_tokens": c.play.designer_max_tokens,
-        "inference.max_batch": c.inference.max_batch,
-        "sandbox.workers": c.sandbox.workers,
-        "worker.count": c.worker.count,
-    }
-    for name, value in positive.items():
+    if problem := address_problem("worker.address", c.worker.address):
+        raise ConfigError(problem)
+    if c.worker.count < 0 or c.worker.max_message_mb < 1:
+        raise ConfigError("worker.count must be >= 0 and worker.max_message_mb at least 1")
+    for name in (
+        "run.steps", "run.learnable_window", "curriculum.envs_per_step", "curriculum.refresh_interval",
+        "curriculum.design_attempts", "curriculum.skills_per_refresh", "play.max_turns", "play.agent_max_tokens",
+        "play.designer_max_tokens", "play.hint_attempts", "inference.max_batch", "sandbox.workers",
+    ):
+        section, key = name.split(".")
+        value = getattr(getattr(c, section), key)
         if value < 1:
             raise ConfigError(f"{name} must be at least 1 (got {value})")
     if c.play.plays_per_env < 0 or c.play.hint_plays_per_env < 0:
         raise ConfigError("play.plays_per_env and play.hint_plays_per_env must be >= 0")
     if c.play.plays_per_env + c.play.hint_plays_per_env < 1:
         raise ConfigError("play.plays_per_env + play.hint_plays_per_env must be at least 1")
+    if not 0.0 < c.reward.progress_gamma <= 1.0:
+        raise ConfigError(f"reward.progress_gamma must be in (0, 1] (got {c.reward.progress_gamma})")
+    if c.curriculum.fixed_envs and c.curriculum.design:
+        raise ConfigError("curriculum.fixed_envs is played only without a designer: add --set curriculum.design=false (or --preset fixed-envs)")
     if c.run.max_staleness < 0:
         raise ConfigError(f"run.max_staleness must be >= 0 (got {c.run.max_staleness})")
     if not c.curriculum.skills:
@@ -359,10 +408,25 @@ def check_config(config: Config) -> None:
             f"{len(c.curriculum.skills)} skills in curriculum.skills"
         )
     check_learner(c.learner)
-    if c.inference.backend == "vllm":
-        raise ConfigError("inference.backend = 'vllm' is not implemented yet: use 'transformers' (the [gpu] extra only installs vLLM)")
+    check_placement(c)
     if c.inference.backend == "scripted" and not c.inference.script:
         raise ConfigError("inference.backend = 'scripted' needs inference.script = a JSON file of completions")
+
+
+def check_placement(c: Config) -> None:
+    """Generating and training GPUs are disjoint (counts are checked where GPUs are seen: worker and learner start)."""
+    for name, gpus in (("inference.gpus", c.inference.gpus), ("learner.gpus", c.learner.gpus)):
+        if any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus):
+            raise ConfigError(f"{name} = {gpus}: GPU indices must be distinct and >= 0")
+    shared = sorted(set(c.inference.gpus) & set(c.learner.gpus))
+    if shared:
+        raise ConfigError(f"inference.gpus and learner.gpus share GPU {shared}: give generation and training different GPUs")
+    if c.learner.gpus and len(c.learner.gpus) != c.learner.world_size:
+        raise ConfigError(
+            f"learner.gpus names {len(c.learner.gpus)} GPUs but learner.world_size is {c.learner.world_size}: one learner process per GPU"
+        )
+    if not 0.0 < c.inference.gpu_memory_utilization <= 1.0:
+        raise ConfigError(f"inference.gpu_memory_utilization must be in (0, 1] (got {c.inference.gpu_memory_utilization})")
 
 
 def check_learner(config: LearnerConfig) -> None:
@@ -417,7 +481,11 @@ def dump_config(config: Config) -> str:
 
 def read_config_file(path: str | Path, overrides: list[str] = ()) -> Config:
     """Read a resolved config written by `dump_config` (the worker and learner processes; `up --resume`)."""
-    data = tomllib.loads(Path(path).read_text())
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"the run's config {file} cannot be read ({exc}): restore it, or start a new run") from None
     for text in overrides:
         data = _deep_merge(data, _parse_override(text))
     return config_from_dict(data)

@@ -10,11 +10,13 @@ is trained, and `publish` writes only the adapter (adapter_config.json + adapter
 the base model folder), which the workers apply to the base model they hold (actors/inference/hf.py). The KL
 reference is then the same model with the adapter disabled. LoRA runs on one process only.
 
-The objective is the `[learner.objective]` table (learner/objectives.py). Aggregation: token mean within each role
-over every sampled token of that role in the mini-batch (including those of zero-advantage samples, which are
-skipped in the forward pass since they contribute no gradient), role losses weighted by `designer_weight` /
-`agent_weight`. The batch is cut into `mini_batches` strided mini-batches (sample i goes to i mod M), one
-optimizer step each; mini-batch 0 runs before any step, so its proximal log-probs are its own detached
+The objective is the `[learner.objective]` table (learner/objectives.py). Aggregation (`learner.loss_aggregation`):
+sample_mean, each sample's token mean weighted by its role's weight (`designer_weight` / `agent_weight`), then the
+mean over every sample of the mini-batch, both roles together (the reference); or role_token_mean, a token mean
+within each role over every sampled token of that role, the role losses summed with those weights. Zero-advantage
+samples count in every denominator; they skip the forward pass unless there is a KL term (kl_coef > 0), the only
+part of their loss with a gradient. The batch is cut into `mini_batches` strided mini-batches (sample i goes to
+i mod M), one optimizer step each; mini-batch 0 runs before any step, so its proximal log-probs are its own detached
 log-probs, and those of the later mini-batches are recomputed without gradient before the first step.
 
 On N processes every rank holds the whole batch (rank 0 broadcasts it, learner/train.py), computes the same plan
@@ -29,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import math
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +41,9 @@ import torch
 
 from engine.config import LearnerConfig, check_learner
 from engine.messages import Sample
-from learner import checkpoint
-from learner.distributed import Distributed, resolve_device, shard_model, split_by_tokens
-from learner.logprobs import logprobs_from_logits
+from learner import checkpoint, guards
+from learner.distributed import Distributed, refuse_oversize, resolve_device, shard_model, split_by_tokens
+from learner.logprobs import sequence_logprobs
 from learner.objectives import aggregate, token_losses
 from engine.messages import unpack_floats, unpack_ints, unpack_mask
 
@@ -98,6 +101,7 @@ def _unpack(sample: Sample) -> _Row:
 
 def _micro_batches(indices: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
     """Length-sorted greedy packing: a micro-batch's padded size (rows x longest) stays within max_tokens."""
+    indices = refuse_oversize(indices, lengths, max_tokens)
     batches, current, width = [], [], 0
     for index in sorted(indices, key=lambda i: (lengths[i], i)):
         n = lengths[index]
@@ -114,6 +118,7 @@ def _micro_batches(indices: list[int], lengths: list[int], max_tokens: int) -> l
 @dataclass(frozen=True)
 class _MiniBatch:
     role_tokens: dict[str, float]  # loss-mask tokens per role in the whole mini-batch (the token-mean denominators)
+    samples: float  # samples in the whole mini-batch (the per-sample mean's denominator)
     micro: list[list[list[int]]]  # per rank: its micro-batches (sample indices)
 
     @property
@@ -213,13 +218,15 @@ class Trainer:
         self.version = 0  # published policy versions
         self.updates = 0  # update() calls that took at least one optimizer step
         self.optimizer_steps = 0
+        self.skipped_nonfinite = 0  # optimizer steps skipped for a non-finite loss or gradient
 
     # ------------------------------------------------------------------ the update
     def update(self, samples: list[Sample]) -> dict[str, float]:
         started = time.perf_counter()
         objective = self.config.objective
         rows = [_unpack(s) for s in samples]
-        trainable = [i for i, r in enumerate(rows) if r.advantage != 0.0 and r.mask.any()]
+        with_kl = self.reference is not None  # a zero-advantage sample's KL term still has a gradient
+        trainable = [i for i, r in enumerate(rows) if r.mask.any() and (r.advantage != 0.0 or with_kl)]
         plan = self._plan(rows, set(trainable))
         weights = {"agent": self.config.agent_weight, "designer": self.config.designer_weight}
         proximal = self._proximal_logprobs(rows, plan) if len(plan) > 1 else {}
@@ -231,6 +238,7 @@ class Trainer:
             if not mini.trainable:
                 continue
             mine = mini.micro[self.dist.rank]
+            before = sums.clone()  # a skipped step's statistics leave the update's again
             for index in range(mini.passes):
                 if index >= len(mine):
                     self._empty_pass(backward=True)
@@ -243,27 +251,42 @@ class Trainer:
                     with torch.no_grad():
                         ref = self._logprobs(self.reference, batch)
                 losses, kept, stats = token_losses(objective, logprobs, prox, batch.behaviour, batch.advantages, batch.mask, ref)
-                loss = aggregate(losses, kept, batch.roles, weights, role_tokens=mini.role_tokens)
+                reduce = self._reducer(batch, mini)
+                loss = reduce(losses, kept, weights)
                 loss.backward()
                 with torch.no_grad():
-                    sums += self._micro_sums(loss, losses, kept, stats, batch.roles, weights, mini.role_tokens)
+                    sums += self._micro_sums(loss, losses, kept, stats, batch.roles, weights, reduce)
                     weight_max = torch.maximum(weight_max, stats["behaviour_weight_max"].double())
             lr = self.optimizer.param_groups[0]["lr"]
-            grad_norms.append(self._step())
+            norm = self._step(sums[0] - before[0])
+            if math.isfinite(norm):
+                grad_norms.append(norm)
+            else:
+                sums.copy_(before)
         if grad_norms:
             self.updates += 1
         self.dist.all_reduce_(sums)
         self.dist.all_reduce_(weight_max, op="max")
         seconds = time.perf_counter() - started
-        return self._metrics(rows, trainable, plan, dict(zip(_SUMS, sums.tolist())), float(weight_max), grad_norms, lr, seconds)
+        skipped = {"skipped_nonfinite": float(len([m for m in plan if m.trainable]) - len(grad_norms))}
+        return self._metrics(rows, trainable, plan, dict(zip(_SUMS, sums.tolist())), float(weight_max), grad_norms, lr, seconds) | skipped
+
+    def _reducer(self, batch: _Batch, mini: _MiniBatch):
+        """The micro-batch's share of its mini-batch's loss, `learner.loss_aggregation` over the whole mini-batch."""
+        mode, row_tokens = self.config.loss_aggregation, batch.mask.sum(-1)
+
+        def reduce(losses: torch.Tensor, kept: torch.Tensor, weights: dict[str, float]) -> torch.Tensor:
+            return aggregate(losses, kept, batch.roles, weights, role_tokens=mini.role_tokens, mode=mode, row_tokens=row_tokens, samples=mini.samples)
+
+        return reduce
 
     @staticmethod
-    def _micro_sums(loss, losses, kept, stats, roles, weights, role_tokens) -> torch.Tensor:
+    def _micro_sums(loss, losses, kept, stats, roles, weights, reduce) -> torch.Tensor:
         """This micro-batch's share of `_SUMS`: means weighted by their token counts, so they add up."""
         per_role = []
         for role in ROLES:
             only = {r: (w if r == role else 0.0) for r, w in weights.items()}
-            per_role.append(aggregate(losses, kept, roles, only, role_tokens=role_tokens) if role in roles else loss.new_zeros(()))
+            per_role.append(reduce(losses, kept, only) if role in roles else loss.new_zeros(()))
         tokens, kept_tokens = stats["tokens"], stats["kept_tokens"]
         return torch.stack([
             loss.detach(), *per_role,
@@ -288,7 +311,7 @@ class Trainer:
             train = [i for i in members if i in trainable]
             shares = split_by_tokens([lengths[i] for i in train], self.dist.world_size)
             micro = [_micro_batches([train[j] for j in share], lengths, self.config.micro_batch_tokens) for share in shares]
-            plan.append(_MiniBatch(role_tokens=role_tokens, micro=micro))
+            plan.append(_MiniBatch(role_tokens=role_tokens, samples=float(len(members)), micro=micro))
         return plan
 
     @torch.no_grad()
@@ -344,10 +367,7 @@ class Trainer:
             return model(input_ids=ids, attention_mask=attention, use_cache=False).logits
 
     def _logprobs(self, model, batch: _Batch) -> torch.Tensor:
-        logits = self._forward(model, batch.ids, batch.attention)
-        if batch.temperatures is not None:
-            logits = logits.float() / batch.temperatures
-        return logprobs_from_logits(logits, batch.ids, 1.0)
+        return sequence_logprobs(model, batch.ids, batch.attention, batch.temperatures, autocast=self.autocast)
 
     def _empty_pass(self, *, backward: bool) -> None:
         """A one-token pass with zero loss: keeps this rank in step with ranks that have another micro-batch."""
@@ -377,8 +397,15 @@ class Trainer:
             torch._foreach_mul_(local, scale)
         return total
 
-    def _step(self) -> float:
+    def _step(self, loss: torch.Tensor | None = None) -> float:
         grad_norm = self._clip_gradients()
+        if loss is not None:  # NaN on every rank when the loss is not finite on one (0 * inf is NaN)
+            grad_norm += float(self.dist.all_reduce_(loss.detach().double().reshape(1) * 0.0))
+        if not math.isfinite(grad_norm):  # no step: nothing non-finite reaches the weights (learner/guards.py)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skipped_nonfinite += 1
+            print(f"learner: skipped an optimizer step: its loss or gradient is not finite (grad norm {grad_norm})", file=sys.stderr, flush=True)
+            return grad_norm
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -415,7 +442,7 @@ class Trainer:
             "learning_rate": float(lr),
             "samples": float(len(rows)),
             "trained_samples": float(len(trainable)),
-            "zero_advantage_samples": float(len(rows) - len(trainable)),
+            "zero_advantage_samples": float(sum(1 for r in rows if r.advantage == 0.0)),
             "trained_tokens": float(trained_tokens),
             "loss_tokens": float(tokens),
             "padding_fraction": 1.0 - trained_tokens / padded if padded else 0.0,
@@ -428,6 +455,7 @@ class Trainer:
     # ------------------------------------------------------------------ publishing and checkpoints
     def publish(self, policy_dir: Path, keep: int) -> Path:
         """Write the current weights as policy version `version + 1` and return its folder (every rank calls it)."""
+        guards.check_publishable(self)  # NonFiniteWeights rather than a NaN policy
         self.version += 1
         final = Path(policy_dir) / f"v{self.version:06d}"
         weights = None if self.lora else checkpoint.full_model_state_dict(self)  # a collective under FSDP

@@ -56,6 +56,8 @@ class InferenceBackend(abc.ABC):
 def build_backend(config, model_path: str) -> InferenceBackend:
     """The backend named by `config.inference.backend` (imports torch / vLLM lazily)."""
     kind = config.inference.backend
+    if kind == "auto":
+        kind = "vllm" if config.learner.lora_rank == 0 and _vllm_imports() else "transformers"
     if kind == "transformers":
         from actors.inference.hf import TransformersBackend
 
@@ -70,8 +72,25 @@ def build_backend(config, model_path: str) -> InferenceBackend:
         i = config.inference
         return TimedBackend(
             model_path, seconds_per_token=i.timed_seconds_per_token, median_tokens=i.timed_median_tokens,
-            sigma=i.timed_sigma, max_tokens=i.timed_max_tokens, seed=config.run.seed,
+            sigma=i.timed_sigma, max_tokens=i.timed_max_tokens, seed=config.run.seed, capacity=i.timed_capacity,
         )
     if kind == "vllm":
-        raise NotImplementedError("the vLLM backend is not implemented yet: use inference.backend = 'transformers'")
+        from actors.inference.vllm import VLLMBackend, require_vllm
+
+        require_vllm()  # a one-line error naming the install command
+        return VLLMBackend(model_path, config.inference, dtype=config.model.dtype, seed=config.run.seed)
     raise ValueError(f"unknown inference backend {kind!r}")
+
+
+def _vllm_imports() -> bool:
+    """Whether vLLM is installed here (the "auto" backend's choice); a broken install counts as none, said once."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:  # an install that does not load: the transformers backend, with a note why
+        print(f"inference.backend = 'auto': vLLM is installed but does not import ({exc}); using transformers", flush=True)
+        return False
+    return True

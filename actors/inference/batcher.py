@@ -78,7 +78,7 @@ class Batcher:
         if self._weights is not None:
             version, path = self._weights
             self._weights = None
-            self.backend.load_weights(path, version)
+            await trio.to_thread.run_sync(self.backend.load_weights, path, version)  # requests go on meanwhile
         started = time.perf_counter()
         try:
             pending.result = await self.backend.generate_async(pending.request)

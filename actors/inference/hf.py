@@ -117,7 +117,7 @@ class TransformersBackend(InferenceBackend):
     @torch.no_grad()
     def score(self, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
         """The log-prob of each completion token after the prompt, by one forward pass of the current model."""
-        full = torch.tensor([prompt_ids + completion_ids], dtype=torch.long)
+        full = torch.tensor([prompt_ids + completion_ids], dtype=torch.long, device=self.model.device)
         logits = self.model(input_ids=full, attention_mask=torch.ones_like(full), use_cache=False).logits
         predicting = logits[:, len(prompt_ids) - 1 : -1]  # position t - 1 predicts token t
         return sampled_logprobs(predicting, full[:, len(prompt_ids) :], temperature)[0].tolist()
@@ -141,6 +141,7 @@ class TransformersBackend(InferenceBackend):
             n = len(request.prompt_ids)
             input_ids[row, width - n :] = torch.tensor(request.prompt_ids, dtype=torch.long)
             attention[row, width - n :] = 1
+        input_ids, attention = input_ids.to(self.model.device), attention.to(self.model.device)
         first = requests[0]
         sampling = first.temperature > 0
         kwargs = dict(do_sample=True, temperature=first.temperature, top_p=first.top_p, top_k=first.top_k or None)

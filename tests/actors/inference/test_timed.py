@@ -110,6 +110,17 @@ def test_concurrent_requests_take_no_longer_than_the_longest(backend_factory):
         assert took == pytest.approx(length * SECONDS_PER_TOKEN, abs=1e-9)
 
 
+def test_a_capacity_limits_how_many_decode_at_once(backend_factory):
+    """Capacity 1: the requests run one after another, so the total is the sum of their times; capacity 2 of
+    four equal requests takes two rounds."""
+    done, total = _timed_run(backend_factory(capacity=1), 5)
+    assert total == pytest.approx(sum(length for length, _ in done) * SECONDS_PER_TOKEN, abs=1e-9)
+    equal = backend_factory(capacity=2, sigma=0.0, median_tokens=50)
+    done, total = _timed_run(equal, 4)
+    [length] = {length for length, _ in done}  # sigma 0: every request the same length
+    assert total == pytest.approx(2 * length * SECONDS_PER_TOKEN, abs=1e-9)
+
+
 def test_the_batcher_serves_a_timed_backend_concurrently(backend_factory):
     backend = backend_factory()
     batcher = Batcher(backend, max_batch=2, wait_s=0.05)
