@@ -17,7 +17,6 @@ which has no "step" key, so no reader of the training rows takes it for one, and
 from __future__ import annotations
 
 import json
-import math
 import time
 import zlib
 from collections import defaultdict
@@ -27,19 +26,17 @@ import trio
 
 from engine.config import Config
 from engine.curriculum import REPO, SeedEnvironment, load_environment_folder
-from engine.messages import PlayResult, PlayTask, ReasoningGymTask, encode_reasoning_gym_task, unpack_ints
+from engine.messages import (
+    PlayResult,
+    PlayTask,
+    ReasoningGymTask,
+    encode_reasoning_gym_task,
+    unpack_ints,
+)
 from engine.paths import RunPaths
+from engine.stats import wilson
 
 RG_HARD = REPO / "actors" / "evaluation" / "data" / "reasoning_gym_hard.json"
-
-
-def wilson(wins: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    if n == 0:
-        return 0.0, 0.0
-    p = wins / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def eval_tasks(config: Config, version: int, seeds: list[SeedEnvironment]) -> tuple[list[PlayTask], dict[str, str]]:

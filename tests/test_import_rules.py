@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("engine", "actors", "storage", "learner")
-PROTOCOL = {f"engine.{name}" for name in ("messages", "config", "config_sections", "transport", "paths", "lifeline", "errors", "contract", "keys")}
+PROTOCOL = {f"engine.{name}" for name in ("messages", "config", "config_sections", "transport", "paths", "lifeline", "errors", "contract", "keys", "stats")}
 HEAVY = ("torch", "transformers", "vllm", "peft", "accelerate")
 
 # (importing module, imported module): why it is allowed.

@@ -13,21 +13,12 @@ the last model minus the first, in points.
 
 from __future__ import annotations
 
-import math
 import random
 from collections import defaultdict
 
-Z95 = 1.959963984540054
+from engine.stats import wilson
+
 BOOTSTRAP_DRAWS = 2000
-
-
-def wilson(wins: float, n: int, z: float = Z95) -> tuple[float, float]:
-    if n == 0:
-        return 0.0, 0.0
-    p = wins / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def bootstrap(groups: list[list[float]], draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> tuple[float, float]:
