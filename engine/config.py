@@ -153,7 +153,7 @@ class LearnerConfig(_Section):
     # The policy-gradient objective and its corrections: the [learner.objective] table (learner/objectives.py).
     objective: ObjectiveConfig = msgspec.field(default_factory=ObjectiveConfig)
     max_grad_norm: float = 1.0
-    micro_batch_tokens: int = 2048  # samples are packed into micro-batches of at most this many tokens
+    micro_batch_tokens: int = 4096  # samples are packed into micro-batches of at most this many tokens (>= play.max_context_tokens)
     # sample_mean: each sequence's token mean, then the mean over every sequence of the (mini-)batch, both roles
     # together (the reference); role_token_mean: one token mean per role, the role losses summed (so one designer
     # sample weighs as much as many agent samples).
@@ -379,6 +379,11 @@ def check_config(config: Config) -> None:
     c = config
     if problem := address_problem("worker.address", c.worker.address):
         raise ConfigError(problem)
+    if 1 <= c.learner.micro_batch_tokens < c.play.max_context_tokens:  # (below 1: the learner check says so)
+        raise ConfigError(
+            f"learner.micro_batch_tokens ({c.learner.micro_batch_tokens}) is below play.max_context_tokens "
+            f"({c.play.max_context_tokens}): an episode that long could never be trained; raise it or lower the context"
+        )
     if c.worker.count < 0 or c.worker.max_message_mb < 1:
         raise ConfigError("worker.count must be >= 0 and worker.max_message_mb at least 1")
     for name in (

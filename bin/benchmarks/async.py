@@ -98,6 +98,7 @@ def run(mode: str, eta: int, args, root: Path, model: Path, seeds: Path, learner
         "play.max_turns": "1",
         "play.agent_max_tokens": "8192",
         "play.max_context_tokens": "16384",
+        "learner.micro_batch_tokens": "16384",
         "sandbox.workers": str(args.plays * (eta + 1) + 4),
         "learner.simulated_update_s": str(learner_s),
     }

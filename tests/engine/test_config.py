@@ -250,3 +250,9 @@ def test_objective_config_is_one_frozen_struct():
 def test_engine_config_does_not_import_torch():
     code = "import sys, engine.config; assert 'torch' not in sys.modules, 'engine.config imported torch'"
     subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], check=True)
+
+
+def test_a_micro_batch_too_small_for_the_longest_episode_is_refused():
+    with pytest.raises(ConfigError, match=r"^learner\.micro_batch_tokens \(2048\) is below play\.max_context_tokens \(4096\)"):
+        load_config(overrides=["learner.micro_batch_tokens=2048"])
+    assert load_config("paper").learner.micro_batch_tokens >= load_config("paper").play.max_context_tokens
