@@ -19,7 +19,7 @@ import torch
 import trio
 import zmq
 
-from engine.config import Config, LearnerConfig, ObjectiveConfig, dump_config
+from engine.config import Config, LearnerConfig, ObjectiveConfig, PlayConfig, check_config, dump_config
 from engine.messages import LearnerHello, LearnerToEngine, PolicyPublished, Sample, Shutdown, TrainBatch
 from engine.paths import RunPaths
 from engine.transport import open_socket
@@ -149,7 +149,8 @@ def test_learner_process_under_torchrun_serves_the_engine_and_resumes(tiny_model
     paths = RunPaths(tmp_path / "run")
     paths.root.mkdir()
     learner = LearnerConfig(world_size=2, device="cpu", threads=1, learning_rate=1e-4, mini_batches=2, micro_batch_tokens=24)
-    config = Config(learner=learner)
+    config = Config(learner=learner, play=PlayConfig(max_context_tokens=24))  # a micro-batch holds the longest episode
+    check_config(config)  # as the learner process will when it reads config.toml
     paths.config.write_text(dump_config(config))
     paths.update_meta(model_path=tiny_model_path)
     env = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
