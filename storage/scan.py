@@ -17,32 +17,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from storage.records import StoredRecordError
-from storage.store import _DAMAGE, Store
+from storage.store import Store
 
 
 def tolerant(store: Store, db: str, skipped: list[StoredRecordError], prefix: str = "") -> Iterator[Any]:
     """The records of database `db` whose keys start with `prefix`, in key order; a record that does not decode
     is appended to `skipped` (its error names the database and key) and the scan goes on."""
-    last = None
-    try:
-        with store._env.begin() as txn:
-            cursor = txn.cursor(db=store._dbs[db])
-            start = prefix.encode()
-            if not cursor.set_range(start):
-                return
-            for key, value in cursor:
-                if not key.startswith(start):
-                    break
-                last = key
-                try:
-                    record = store._decode(db, key, value)
-                except StoredRecordError as exc:
-                    skipped.append(exc)
-                    continue
-                yield record
-    except _DAMAGE as exc:
-        where = "at its first key" if last is None else f"after key {last.decode(errors='replace')!r}"
-        raise store._damaged(f"reading database {db!r} {where}", exc) from exc
+    return store._scan(db, prefix, skipped)
 
 
 def tolerant_get(store: Store, db: str, key: str, skipped: list[StoredRecordError]) -> Any | None:

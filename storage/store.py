@@ -221,7 +221,9 @@ class Store:
             raise self._damaged(f"reading key {key!r} of database {db!r}", exc) from exc
         return None if value is None else self._decode(db, key.encode(), value)
 
-    def _scan(self, db: str, prefix: str = "") -> Iterator[Any]:
+    def _scan(self, db: str, prefix: str = "", skipped: list[StoredRecordError] | None = None) -> Iterator[Any]:
+        """The records of `db` whose keys start with `prefix`, in key order. A record that does not decode raises
+        StoredRecordError, or, given a `skipped` list, is appended to it and the scan goes on (storage/scan.py)."""
         last = None
         try:
             with self._env.begin() as txn:
@@ -233,7 +235,14 @@ class Store:
                     if not key.startswith(start):
                         break
                     last = key
-                    yield self._decode(db, key, value)
+                    try:
+                        record = self._decode(db, key, value)
+                    except StoredRecordError as exc:
+                        if skipped is None:
+                            raise
+                        skipped.append(exc)
+                        continue
+                    yield record
         except _DAMAGE as exc:
             where = "at its first key" if last is None else f"after key {last.decode(errors='replace')!r}"
             raise self._damaged(f"reading database {db!r} {where}", exc) from exc
