@@ -375,7 +375,11 @@ class Engine:
             envs_valid=refresh.valid, tokens=refresh.tokens + sum(r.tokens_generated for r in plays), seconds=seconds,
         )
         stats = step_metrics(outcome, k=self.k, env_slots=self.config.curriculum.envs_per_step, isolation=self.isolation)
-        stats |= curriculum_metrics(self.store, self.paths, step, refresh, plays, trained_at=self.target_version, seconds=seconds)
+        trained_at = self.target_version
+        # In a thread (LMDB readers may): the embedding pass takes seconds, and the hub must go on serving peers.
+        stats |= await trio.to_thread.run_sync(
+            lambda: curriculum_metrics(self.store, self.paths, step, refresh, plays, trained_at=trained_at, seconds=seconds)
+        )
         self.step_stats[step] = stats
         first = step - step % self.config.run.learnable_window
         window = {s: self.step_stats[s] for s in range(first, step + 1) if s in self.step_stats}
