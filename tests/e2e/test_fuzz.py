@@ -97,29 +97,37 @@ def _junk_frames(rng: random.Random, union, examples: list, count: int) -> list[
 
 
 def _dealer(address: str, identity: bytes, **options) -> zmq.Socket:
+    return _monitored_dealer(address, identity, 0, **options)[0]
+
+
+def _monitored_dealer(address: str, identity: bytes, monitor_events: int, **options) -> tuple[zmq.Socket, zmq.Socket | None]:
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, identity)
     sock.setsockopt(zmq.LINGER, 5000)
     for name, value in options.items():
         sock.setsockopt(getattr(zmq, name), value)
+    # the monitor is attached before connecting: a handshake that completes at once is then still seen
+    monitor = sock.get_monitor_socket(monitor_events) if monitor_events else None
     sock.connect(address)
-    return sock
+    return sock, monitor
+
+
+def _wait_for(monitor: zmq.Socket, event: int, events: list, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while event not in events and time.monotonic() < deadline:
+        if monitor.poll(200):
+            events.append(parse_monitor_message(monitor.recv_multipart())["event"])
 
 
 def _oversized(address: str, n: int, size: int) -> None:
     """n connections, each sending one frame over the limit; each waits until the engine drops it."""
     for i in range(n):
-        sock = _dealer(address, f"big-{i}".encode(), LINGER=0)
-        monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+        sock, monitor = _monitored_dealer(address, f"big-{i}".encode(), zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED, LINGER=0)
         events = []
-        deadline = time.monotonic() + 20
-        while zmq.EVENT_HANDSHAKE_SUCCEEDED not in events and time.monotonic() < deadline:
-            if monitor.poll(200):
-                events.append(parse_monitor_message(monitor.recv_multipart())["event"])
+        _wait_for(monitor, zmq.EVENT_HANDSHAKE_SUCCEEDED, events, 20)
+        assert zmq.EVENT_HANDSHAKE_SUCCEEDED in events, "the engine never completed a handshake with a new peer"
         sock.send(b"\x00" * size)
-        while zmq.EVENT_DISCONNECTED not in events and time.monotonic() < deadline:
-            if monitor.poll(200):
-                events.append(parse_monitor_message(monitor.recv_multipart())["event"])
+        _wait_for(monitor, zmq.EVENT_DISCONNECTED, events, 20)
         assert zmq.EVENT_DISCONNECTED in events, "the engine kept a connection that sent an oversized frame"
         sock.disable_monitor()
         monitor.close(linger=0)
