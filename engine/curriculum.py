@@ -4,7 +4,8 @@
   (epoch e uses skills[(e * n) mod len ...]).
 - `load_corpus(path)`: JSONL with a `text` or `orig_doc` field, or a folder of `.txt` files; the shipped
   default is `engine/data/corpus.jsonl`.
-- `load_seeds()`: the hand-written environments in `actors/seeds/` with their hints.
+- `load_seeds()`: the hand-written environments in `actors/seeds/` with their hints: three levels a skill (easy
+  ones a 135M model sometimes wins, so that groups of plays have variance from the first step; medium; hard).
 - `load_environment_folder(folder)`: a fixed pool of any size (`curriculum.fixed_envs`): every `.py` file, with
   skill and hint from `manifest.json` where it lists the file; `pool_draw(...)` samples it without replacement
   across refreshes (the reference's static pool), a new shuffled pass once it is used up.
@@ -62,6 +63,10 @@ class SeedEnvironment(msgspec.Struct, frozen=True):
     skill: str
     code: str
     hint: str
+    level: str = ""  # easy | medium | hard (manifest.json's optional `level`); "" when not given
+
+
+SEED_LEVELS = ("easy", "medium", "hard")
 
 
 def skill_description(skill: str) -> str:
@@ -155,7 +160,7 @@ def pool_draw(size: int, count: int, refresh_index: int, seed: int) -> list[int]
 
 
 def load_seeds(folder: Path = SEEDS_DIR) -> list[SeedEnvironment]:
-    """The seed environments listed in `folder/manifest.json`: a JSON list of {file, skill, hint}."""
+    """The seed environments listed in `folder/manifest.json`: a JSON list of {file, skill, hint[, level]}."""
     manifest_path = folder / "manifest.json"
     try:
         manifest = json.loads(manifest_path.read_text())
@@ -173,7 +178,10 @@ def load_seeds(folder: Path = SEEDS_DIR) -> list[SeedEnvironment]:
         path = folder / item["file"]
         if not path.is_file():
             raise SeedsError(f"{where} names {path}, which does not exist")
-        seeds.append(SeedEnvironment(name=path.stem, skill=item["skill"], code=path.read_text(), hint=item["hint"]))
+        level = item.get("level", "")
+        if level not in ("", *SEED_LEVELS):
+            raise SeedsError(f"{where} has level {level!r}: give one of {', '.join(SEED_LEVELS)}, or leave it out")
+        seeds.append(SeedEnvironment(name=path.stem, skill=item["skill"], code=path.read_text(), hint=item["hint"], level=level))
     return seeds
 
 

@@ -32,7 +32,7 @@ def test_shipped_corpus_and_seeds_load():
     assert len(passages) >= 100 and all(p.text for p in passages)
     assert len({p.passage_id for p in passages}) == len(passages)
     seeds = load_seeds()
-    assert sorted(s.skill for s in seeds) == sorted(SIX)  # one per skill
+    assert sorted((s.skill, s.level) for s in seeds) == sorted((skill, level) for skill in SIX for level in ("easy", "medium", "hard"))
     assert all(s.hint and "class" in s.code for s in seeds)
     assert all(env_class_name(s.code).endswith("Env") for s in seeds)
 
@@ -88,6 +88,7 @@ def test_env_class_name_follows_the_validators_rule():
         ('{"file": "a.py"}', "must be a JSON list"),
         ('[{"file": "a.py", "skill": "A"}]', "entry 0 needs non-empty string fields file, skill and hint"),
         ('[{"file": "missing.py", "skill": "A", "hint": "h"}]', "entry 0 names .*missing.py, which does not exist"),
+        ('[{"file": "a.py", "skill": "A", "hint": "h", "level": "trivial"}]', "entry 0 has level 'trivial': give one of easy, medium, hard"),
     ],
 )
 def test_bad_seed_folders_are_named(tmp_path, manifest, message):
