@@ -1,7 +1,8 @@
 """The Reasoning Agent: plays one environment episode in the sandbox, turn by turn, and returns its trajectory.
 
 First turn: the reference's player prompt around the first observation (with `HINT: ...` appended on the hint
-arm); later turns: the raw observation. Each reply is reduced to an action by `parse_action`. The return is the
+arm), or with `play.agent_prompt = "answer"` one asking for the action only; later turns: the raw observation.
+Every reply starts with `play.agent_prefill` (the default's `\boxed{`, given as prompt). Each reply is reduced to an action by `parse_action`. The return is the
 terminal reward clamped to [-1, 1] if the episode terminated, else 0. An exception inside the environment's
 `step` ends the episode with return -1 (the reference's rule); a sandbox timeout, crash or limit fails the play,
 which is then stored but never trained on. With `play.end_on_cutoff` (the reference) a reply cut off at the token
@@ -41,7 +42,8 @@ async def play_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config,
     try:
         async with pool.open_episode(task.code, max_turns=play_config.max_turns) as episode:
             observation, _ = await episode.reset(seed=task.seed)
-            chat.add_user(agent_first_message(observation, task.hint))
+            prefill = play_config.agent_prefill  # the start of every reply, as prompt (`play.agent_prefill`)
+            chat.add_user(agent_first_message(observation, task.hint, play_config.agent_prompt), prefill=prefill)
             for _ in range(play_config.max_turns):
                 budget = play_config.max_context_tokens - len(chat) - 1
                 if budget < 8:
@@ -54,7 +56,7 @@ async def play_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config,
                 if play_config.end_on_cutoff and generation.finish_reason == "length":
                     failure = f"cut off: the reply reached play.agent_max_tokens ({len(generation.completion_ids)} tokens)"
                     break  # truncated, return 0
-                action, rule = parse_action(generation.text)
+                action, rule = parse_action(prefill + generation.text)
                 try:
                     result = await episode.step(action)
                 except EpisodeFailed as exc:
@@ -80,7 +82,7 @@ async def play_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config,
                     break
                 if result.truncated:
                     break
-                chat.add_user(result.observation)
+                chat.add_user(result.observation, prefill=prefill)
     except EpisodeFailed as exc:
         status, failure = "failed", f"{exc.kind}: {exc.detail}"
     value = forced_return if forced_return is not None else episode_return(last_reward, terminated)

@@ -1,7 +1,10 @@
 """The Environment Designer and the hint writer: one design attempt from prompt to verdict.
 
-1. Prompt the policy (designer role) with the passage, the spec, memory examples and the skill; the reply is
-   prefilled with the start of a ```python block (`play.designer_prefill`), a scaffold small models need.
+1. Prompt the policy (designer role) with the passage, the spec, memory examples and the skill; or, in an edit
+   task, with one remembered valid environment to write a variant of: new values for its integer constants
+   (`curriculum.edit_mode = "numbers"`, actors/edits.py; at `play.edit_temperature`) or its whole code ("code").
+   A fresh design or code edit is prefilled with the start of a ```python block (`play.designer_prefill`), a
+   scaffold small models need.
 2. Extract the code; the validator repairs f-string braces, then runs static and sandboxed dynamic checks.
 3. For a valid design, ask the same policy (hint role, low temperature, not trained) for a privileged hint from
    the code alone (up to `play.hint_attempts` calls, backing off after a call that raised; an empty hint is a
@@ -19,7 +22,16 @@ import trio
 
 from actors.chat import ChatContext
 from actors.parsing import clean_hint, extract_code
-from actors.prompts import DESIGNER_SYSTEM, HINT_SYSTEM, designer_user_message, hint_user_message
+from actors.edits import numbers, parse_numbers, with_numbers
+from actors.prompts import (
+    DESIGNER_SYSTEM,
+    HINT_SYSTEM,
+    NUMBERS_PREFILL,
+    designer_user_message,
+    edit_numbers_message,
+    edit_user_message,
+    hint_user_message,
+)
 from actors.tool_use import prompts as tool_prompts  # the tool-use setting's designer and hint prompts
 from actors.sandbox import validate_environment
 from engine.messages import DesignResult, DesignTask
@@ -52,18 +64,24 @@ async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play
     started = time.perf_counter()
     tool_use = task.setting == "tool_use"
     chat = ChatContext(tokenizer, system=tool_prompts.DESIGNER_SYSTEM if tool_use else DESIGNER_SYSTEM)
-    if tool_use:
+    prefill, max_tokens, temperature = play_config.designer_prefill, play_config.designer_max_tokens, play_config.designer_temperature
+    found = numbers(task.parent.code) if task.parent is not None and task.edit_mode == "numbers" else []
+    if found:  # a number edit: new values for the parent's integer constants (a parent with none gets a code edit)
+        prompt = edit_numbers_message(task, [value for *_, value in found])
+        prefill, max_tokens, temperature = NUMBERS_PREFILL, min(max_tokens, 8 + 4 * len(found)), play_config.edit_temperature
+    elif task.parent is not None:  # a code edit: the whole code of a variant
+        prompt = edit_user_message(task)
+    elif tool_use:
         prompt = tool_prompts.designer_user_message(task)
     else:
-        prompt = designer_user_message(task, partial_rewards=play_config.partial_rewards, max_turns=VALIDATION_MAX_TURNS)
-    chat.add_user(prompt, prefill=play_config.designer_prefill)
-    generation = await batcher.generate(
-        chat.request("designer", max_new_tokens=play_config.designer_max_tokens, temperature=play_config.designer_temperature, play_config=play_config)
-    )
+        prompt = designer_user_message(task, partial_rewards=play_config.partial_rewards, max_turns=VALIDATION_MAX_TURNS,
+                                       play_turns=play_config.max_turns)
+    chat.add_user(prompt, prefill=prefill)
+    generation = await batcher.generate(chat.request("designer", max_new_tokens=max_tokens, temperature=temperature, play_config=play_config))
     tokens = len(generation.completion_ids)
     chat.add_assistant(generation)
-    reply = play_config.designer_prefill + generation.text
-    code = extract_code(reply)
+    reply = prefill + generation.text
+    code = with_numbers(task.parent.code, found, parse_numbers(reply, len(found))) if found else extract_code(reply)
     hint = ""
     quality = play_config.quality_checks
     verdict = await validate_environment(pool, code, max_turns=VALIDATION_MAX_TURNS, quality_checks=quality)
@@ -76,7 +94,7 @@ async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play
             verdict = await validate_environment(pool, code, hint=hint, max_turns=VALIDATION_MAX_TURNS, quality_checks=quality)
     sample = chat.sample(
         sample_id=task.task_id, role="designer", env_id=task.task_id, skill=task.skill, arm="design", step=task.step,
-        reward=0.0, temperature=play_config.designer_temperature,
+        reward=0.0, temperature=temperature,
     )
     return DesignResult(
         task_id=task.task_id,

@@ -23,16 +23,24 @@ _SPEC = """Requirements for the environment:
 - Every observation is a string that describes what the player sees, lists the available actions and reminds
   the player to answer as \\boxed{...}. A malformed action must not raise: explain the format instead.
 - `solution(self)` returns the list of actions that wins the current episode.
-- Winning must need at least 3 interaction steps."""
+- {steps}"""
 _BINARY_REWARDS = "reward 1.0 and terminated=True when the goal is reached, 0.0 otherwise"
 _PARTIAL_REWARDS = ("reward 1.0 and terminated=True when the goal is reached; a reward in [0, 1] may credit partial "
                     "progress (only the reward of the final step counts)")
 
 
-def environment_spec(partial_rewards: bool = True) -> str:
+_STEPS = "Winning must need at least 3 interaction steps."
+# Below this many turns a play (`play.max_turns`) cannot hold a game of 3+ steps: the spec asks for a short one.
+SHORT_GAME_TURNS = 6
+_SHORT_STEPS = "The player has only {turns} turns: winning must be possible in {turns} steps or fewer, and a random guess must not always win."
+
+
+def environment_spec(partial_rewards: bool = True, play_turns: int = 25) -> str:
     """The environment contract the designer is given; `partial_rewards` (`play.partial_rewards`, the reference)
-    allows partial-progress rewards in [0, 1], else rewards are exactly 1.0 or 0.0."""
-    return _SPEC.replace("{rewards}", _PARTIAL_REWARDS if partial_rewards else _BINARY_REWARDS)
+    allows partial-progress rewards in [0, 1], else rewards are exactly 1.0 or 0.0; with `play_turns` (the training
+    plays' `play.max_turns`) below SHORT_GAME_TURNS the game must fit them (the reference: 3+ steps, 25 turns)."""
+    steps = _SHORT_STEPS.format(turns=play_turns) if play_turns < SHORT_GAME_TURNS else _STEPS
+    return _SPEC.replace("{rewards}", _PARTIAL_REWARDS if partial_rewards else _BINARY_REWARDS).replace("{steps}", steps)
 
 
 ENVIRONMENT_SPEC = environment_spec(False)
@@ -81,12 +89,19 @@ AGENT_FIRST_TURN = (
     "Please reason step by step, and put your final answer within \\boxed{{}}."
 )
 
+# `play.agent_prompt = "answer"`: for short turns (the default's 48 tokens), where reasoning never reaches an answer
+AGENT_FIRST_TURN_ANSWER = (
+    "You are playing a language game. Make valid actions to win.\nObservation: {observation}\n"
+    "Reply with your action only, in \\boxed{{}}."
+)
+
 HINT_INJECTION = "{observation}\n\nHINT: {hint}"
 
 
-def designer_user_message(task: DesignTask, *, partial_rewards: bool = True, max_turns: int = 25) -> str:
+def designer_user_message(task: DesignTask, *, partial_rewards: bool = True, max_turns: int = 25, play_turns: int = 25) -> str:
     """The designer's request: grounded on the task's passage, or (no passage: the no-corpus ablation) the cold-start
-    prompt with concept ideas for its skill and turns to winning of about max_turns // 2 to 3 * max_turns // 4."""
+    prompt with concept ideas for its skill and turns to winning of about max_turns // 2 to 3 * max_turns // 4;
+    `play_turns` (`play.max_turns`): see environment_spec."""
     if task.passage:
         parts = [
             "Create an INTERACTIVE, MULTI-TURN Python game grounded in a concept from this document.",
@@ -98,7 +113,7 @@ def designer_user_message(task: DesignTask, *, partial_rewards: bool = True, max
             f"Create an INTERACTIVE, MULTI-TURN Python game that trains {task.skill}. Ideas to start from:\n{ideas}",
             _COLD_START_DESIGN.format(low=max_turns // 2, high=3 * max_turns // 4),
         ]
-    parts.append(environment_spec(partial_rewards))
+    parts.append(environment_spec(partial_rewards, play_turns))
     if task.examples:
         lines = [
             "<REFERENCE_ENVIRONMENTS>",
@@ -113,19 +128,66 @@ def designer_user_message(task: DesignTask, *, partial_rewards: bool = True, max
         parts.append("\n".join(lines))
     if task.negatives:
         parts.append("Avoid generating environments like:\n" + "\n".join(f"- {line}" for line in task.negatives))
+    difficulty = "the goal should need 3+ interaction steps" if play_turns >= SHORT_GAME_TURNS else f"winnable in {play_turns} steps"
     parts.append(
-        f"Target skill: {task.skill} ({task.skill_description}). DIFFICULTY: medium - the goal should need 3+ "
-        "interaction steps.\nGenerate the complete Python code in a ```python block."
+        f"Target skill: {task.skill} ({task.skill_description}). DIFFICULTY: medium - {difficulty}.\n"
+        "Generate the complete Python code in a ```python block."
     )
     return "\n\n".join(parts)
 
+
+
+# The edit task (`curriculum.edit_share`, beyond the reference; ACCEL edits levels in the same spirit): a remembered
+# valid environment and one concrete change to make, drawn per task, so a small model copies what works and alters it.
+EDITS = (
+    "change the numbers: other ranges, sizes or targets",
+    "make the instance smaller, so that it is easier to win",
+    "make the instance larger, so that it is harder to win",
+    "change one rule of the game (what an action does, or when the player wins)",
+    "change the story and the names of the things in it, keeping the rules",
+)
+
+
+def edit_choice(task: DesignTask) -> str:
+    """The change an edit task asks for, fixed by its task id (a retry with a new attempt may draw another)."""
+    return EDITS[zlib.crc32(task.task_id.encode()) % len(EDITS)]
+
+
+def edit_user_message(task: DesignTask) -> str:
+    """The designer's request in an edit task: write a variant of `task.parent` (a remembered valid environment).
+    No spec: the parent is the worked example of it, and a short prompt is what a small model follows best."""
+    parent = task.parent
+    return "\n\n".join([
+        f"Here is a working game that trains {task.skill} (win_rate={parent.win_rate:.2f}):\n```python\n{parent.code}\n```",
+        f"Write a VARIANT of this game: {edit_choice(task)}. Give the class a new name ending in `Env`. Keep "
+        "everything else that works: the same methods, the same \\boxed{...} actions and a correct solution().\n"
+        "Generate the complete Python code in a ```python block.",
+    ])
+
+
+NUMBER_EDITS = ("other numbers", "a smaller instance, easier to win", "a larger instance, harder to win")
+NUMBERS_PREFILL = "\\boxed{"  # the start of a number edit's reply: the designer writes the list from there
+
+
+def edit_numbers_message(task: DesignTask, values: list[int]) -> str:
+    """The designer's request in a number edit: new values for the parent's integer constants (actors/edits.py)."""
+    parent = task.parent
+    change = NUMBER_EDITS[zlib.crc32(task.task_id.encode()) % len(NUMBER_EDITS)]
+    listed = ", ".join(str(v) for v in values)
+    return (
+        f"Here is a working game that trains {task.skill} (win_rate={parent.win_rate:.2f}):\n```python\n{parent.code}\n```\n\n"
+        # (measured on SmolLM2-135M: without the old list as the example of the format it writes no numbers at all)
+        f"Its numbers, in order: {listed}.\nMake a variant with {change}: write {len(values)} new numbers in the same "
+        f"order, comma-separated, in \\boxed{{...}}, like \\boxed{{{listed}}} with yours."
+    )
 
 
 def hint_user_message(code: str) -> str:
     return f"Environment code:\n```python\n{code}\n```"
 
 
-def agent_first_message(observation: str, hint: str) -> str:
+def agent_first_message(observation: str, hint: str, style: str = "reason") -> str:
+    """The agent's first turn around the first observation (and the hint); `style` is `play.agent_prompt`."""
     if hint:
         observation = HINT_INJECTION.format(observation=observation, hint=hint)
-    return AGENT_FIRST_TURN.format(observation=observation)
+    return (AGENT_FIRST_TURN_ANSWER if style == "answer" else AGENT_FIRST_TURN).format(observation=observation)

@@ -30,6 +30,8 @@ import traceback
 from pathlib import Path
 
 from engine.errors import InputError, SpadeError, UsageError, leaf_exceptions
+
+UNBOUNDED_STEPS = 1_000_000  # run.steps under `up --minutes N` without --steps: the budget ends the run
 from engine.paths import (
     BadPath,
     RunPaths,
@@ -53,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="run self-play (engine, learner and rollout workers)")
     up.add_argument("--steps", type=int, help="training steps (run.steps)")
+    up.add_argument("--minutes", type=float, help="a wall-clock budget from the first step (run.minutes): no step starts "
+                    "after it, the ones started finish, then the report; without --steps the run has no step limit")
     up.add_argument(
         "--preset", default="default",
         help="default (sized for 2 CPU cores), paper (the paper's schedule and the reference's choices), or an "
@@ -127,6 +131,10 @@ def _overrides(args) -> list[str]:
         extra[:0] = ['curriculum.setting="tool_use"', f"curriculum.skills={json.dumps(TOOL_USE_SKILLS)}"]
     if args.steps is not None:
         extra.append(f"run.steps={args.steps}")
+    if getattr(args, "minutes", None) is not None:
+        extra.append(f"run.minutes={args.minutes}")
+        if args.steps is None:
+            extra.append(f"run.steps={UNBOUNDED_STEPS}")
     if args.model:
         extra.append(f"model.path={json.dumps(args.model)}")
     if args.corpus:
@@ -222,9 +230,11 @@ def _resume(args) -> int:
     from engine.config import dump_config, read_config_file
 
     if args.config or args.model or args.corpus or args.run_dir or args.preset != "default":
-        raise UsageError("--resume keeps the run's own config: only --steps and --set may change it")
+        raise UsageError("--resume keeps the run's own config: only --steps, --minutes and --set may change it")
     paths = _run_dir(args.resume)
     extra = list(args.set) + ([f"run.steps={args.steps}"] if args.steps is not None else [])
+    if args.minutes is not None:  # a new budget, counted from the restart
+        extra.append(f"run.minutes={args.minutes}")
     config = read_config_file(paths.config, extra)
     seeds = _seeds(config)
     check_writable_dir(paths.root, "run directory")
@@ -244,7 +254,7 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
     from engine.summary import print_summary
     from engine.transport import PeerGone
 
-    view = LiveView(config.run.steps, enabled=None if live else False)
+    view = LiveView(config.run.steps, enabled=None if live else False, minutes=config.run.minutes)
     engine = Engine(config, paths, seeds, view=view)
     code = 0
     try:

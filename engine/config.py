@@ -31,9 +31,10 @@ class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class RunConfig(_Section):
     steps: int = 3  # training steps (one learner update each)
+    minutes: float = 0.0  # wall-clock budget from the first step (`up --minutes N`): no step starts after it; 0: none
     seed: int = 0  # seeds corpus sampling, play seeds and the learner
     run_dir: str = ""  # empty: runs/<date-time>
-    max_staleness: int = 1  # eta: plays start only while the learner is at most this many versions ahead
+    max_staleness: int = 0  # eta: plays start only while the learner is at most this many versions behind them
     log_every_turn: bool = False
     learnable_window: int = 16  # steps per window of the paper's learnable share (Figure 6; metrics learnable_share_window)
     tensorboard: bool = False  # also log each metrics row to RUN_DIR/tensorboard, by step and by policy version (tensorboardX)
@@ -50,8 +51,8 @@ class CurriculumConfig(_Section):
         "Mathematical Reasoning", "Logical Deduction", "Spatial Reasoning", "Pattern Recognition", "Optimization",
         "Causal Inference",
     ])
-    skills_per_refresh: int = 3  # active skills each refresh epoch, rotated deterministically
-    envs_per_step: int = 3  # environment slots, assigned to active skills round-robin
+    skills_per_refresh: int = 2  # active skills each refresh epoch, rotated deterministically
+    envs_per_step: int = 4  # environment slots, assigned to active skills round-robin (2 a skill: the designer advantage is centred per skill)
     refresh_interval: int = 2  # k: new environments every k steps; the designer reward is delayed by k steps
     design_attempts: int = 2  # attempts per slot (a fresh passage each); the reference uses 5
     corpus: str = ""  # JSONL (`text` or `orig_doc`) or a folder of .txt files; empty: the shipped corpus
@@ -70,11 +71,13 @@ class CurriculumConfig(_Section):
     retire_hanging_envs: bool = True  # an environment whose call hangs (sandbox.step_timeout_s) is played no more (reference)
     revalidate: bool = True  # a design claimed valid is validated again before it is played: by another worker, else its author in a fresh sandbox
     setting: Literal["games", "tool_use"] = "games"  # tool_use: tool APIs and instructions, the agent calls tools (`up --setting tool-use`)
+    edit_share: float = 0.8  # share of design tasks that ask for a variant of a remembered valid environment (beyond the reference: 0)
+    edit_mode: Literal["numbers", "code"] = "numbers"  # an edit writes new integer constants (actors/edits.py), or the whole code
 
 
 class PlayConfig(_Section):
-    plays_per_env: int = 2  # G: plays without the hint per environment per step
-    hint_plays_per_env: int = 2  # plays with the hint per environment, when hinted plays are made (`hint_plays`)
+    plays_per_env: int = 4  # G: plays without the hint per environment per step
+    hint_plays_per_env: int = 4  # plays with the hint per environment, when hinted plays are made (`hint_plays`)
     # refresh: hinted plays only at a refresh step, for the environments made there (the reference: they give the
     # regret, nothing else); every_step: every active environment at every step
     hint_plays: Literal["refresh", "every_step"] = "refresh"
@@ -83,14 +86,15 @@ class PlayConfig(_Section):
     max_turns: int = 3  # cap on an episode's turns (the environment's own max_turns is capped to this)
     agent_max_tokens: int = 48  # new tokens per agent turn
     agent_temperature: float = 0.6
-    designer_max_tokens: int = 384
+    agent_prompt: Literal["reason", "answer"] = "answer"  # reason: the reference's player prompt; answer: the action only
+    agent_prefill: str = "\\boxed{"  # the start of every agent reply, given as prompt (the reference: none)
+    designer_max_tokens: int = 640  # a code edit writes its parent out in full: the easy seeds are about 450-530 tokens
     designer_temperature: float = 0.6
-    # The start of the designer's reply, given as prompt (not trained): a scaffold small models need.
-    designer_prefill: str = "```python\nimport random\nimport re\n\n\nclass "
+    edit_temperature: float = 1.0  # number edits (a small model at 0.6 copies the old numbers: 46 of 48 times)
+    designer_prefill: str = "```python\nimport random\nimport re\n\n\nclass "  # the start of a design reply (a scaffold)
     hint_max_tokens: int = 64
     hint_temperature: float = 0.3
-    # Hint calls per design (the reference: 3, 1, 2, 4 s apart); a call fails when it raises or its hint is empty.
-    hint_attempts: int = 3  # with no hint at all the environment is kept, with no hinted plays and regret 0
+    hint_attempts: int = 3  # hint calls a design (reference 3, 1/2/4 s apart); none answered: no hinted plays, regret 0
     hint_retry_backoff_s: float = 1.0  # the wait after the first failed call, doubled after each further one
     partial_rewards: bool = True  # the designer prompt allows partial-progress rewards in [0, 1] (reference); false: 1 or 0
     # The validator's filters beyond the reference's: solution() wins, the hint never shows, rewards in [-1, 1] (the
@@ -399,8 +403,8 @@ def check_config(config: Config) -> None:
         raise ConfigError("play.plays_per_env and play.hint_plays_per_env must be >= 0")
     if c.play.plays_per_env + c.play.hint_plays_per_env < 1:
         raise ConfigError("play.plays_per_env + play.hint_plays_per_env must be at least 1")
-    if not 0.0 < c.reward.progress_gamma <= 1.0:
-        raise ConfigError(f"reward.progress_gamma must be in (0, 1] (got {c.reward.progress_gamma})")
+    if not 0.0 < c.reward.progress_gamma <= 1.0 or not 0.0 <= c.curriculum.edit_share <= 1.0 or c.run.minutes < 0:
+        raise ConfigError("reward.progress_gamma must be in (0, 1], curriculum.edit_share in [0, 1] and run.minutes >= 0")
     if c.curriculum.fixed_envs and c.curriculum.design:
         raise ConfigError("curriculum.fixed_envs is played only without a designer: add --set curriculum.design=false (or --preset fixed-envs)")
     if c.run.max_staleness < 0:

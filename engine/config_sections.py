@@ -77,13 +77,14 @@ PAPER = {
         "skills_per_refresh": 3, "envs_per_step": 24, "refresh_interval": 4, "design_attempts": 5,
         "max_passage_words": 6000, "memory_capacity": 200, "memory_positives": 2, "memory_negatives": 1,
         "example_code_chars": 2000, "reuse_valid_envs": False, "retire_hanging_envs": True,
+        "edit_share": 0.0,  # every design written from scratch (edit tasks are beyond the reference)
     },
     "play": {
         "plays_per_env": 8, "hint_plays_per_env": 16, "hint_plays": "refresh", "train_hint_plays": False,
         "max_turns": 25, "agent_max_tokens": 8192, "agent_temperature": 0.6, "end_on_cutoff": True,
         "designer_max_tokens": 16384, "designer_temperature": 0.6, "hint_max_tokens": 4096, "hint_temperature": 0.3,
         "hint_attempts": 3, "hint_retry_backoff_s": 1.0, "partial_rewards": True, "quality_checks": False,
-        "top_p": 0.95, "top_k": 20, "max_context_tokens": 32768,
+        "top_p": 0.95, "top_k": 20, "max_context_tokens": 32768, "agent_prompt": "reason", "agent_prefill": "",
     },
     "reward": {
         "designer_reward": "blend", "regret_floor": 0.15, "regret_weight": 0.4, "plateau_weight": 0.6,
@@ -103,7 +104,8 @@ PAPER = {
 # The paper's ablations (spade-reference.md section 11), each an overlay that changes only what it removes.
 ABLATIONS = {
     "no-corpus": {"curriculum": {"use_corpus": False}},  # the designer writes with no passage
-    "no-memory": {"curriculum": {"memory_positives": 0, "memory_negatives": 0}},  # no memory examples in the prompt
+    # no memory examples in the prompt (nor an edit task's remembered parent)
+    "no-memory": {"curriculum": {"memory_positives": 0, "memory_negatives": 0, "edit_share": 0.0}},
     "frozen-designer": {"reward": {"train_designer": False}},  # designs still made and rewarded, never trained
     "solve-rate": {"reward": {"designer_reward": "blend", "regret_weight": 0.0, "plateau_weight": 1.0}},
     "learning-progress": {"reward": {"designer_reward": "learning_progress"}},

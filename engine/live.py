@@ -29,14 +29,16 @@ def _fmt(value, spec: str = ".2f") -> str:
 
 
 class LiveView:
-    def __init__(self, total_steps: int, stream=None, enabled: bool | None = None):
+    def __init__(self, total_steps: int, stream=None, enabled: bool | None = None, minutes: float = 0.0):
         self.stream = stream or sys.stdout
         self.live = self.stream.isatty() if enabled is None else enabled
         self.total_steps = total_steps
+        self.minutes = minutes  # a wall-clock budget (run.minutes): the steps line says the time left, not a count
         self.started = time.monotonic()
+        self._budget_from = self.started
         self._status = ""
         self._designs = [0, 0]  # valid, requested: over the run so far
-        self._rich = _RichBars(self.stream, total_steps) if self.live else None
+        self._rich = _RichBars(self.stream, 0 if minutes else total_steps) if self.live else None
 
     def _elapsed(self) -> str:
         seconds = int(time.monotonic() - self.started)
@@ -54,13 +56,23 @@ class LiveView:
         self.stream.write(f"[{self._elapsed()}] {text}\n")
         self.stream.flush()
 
+    def budget_started(self) -> None:
+        """The wall-clock budget (`minutes`) counts from now (the first step), not from the start-up."""
+        self._budget_from = time.monotonic()
+
+    def _of_total(self) -> str:
+        if self.minutes:
+            left = max(0.0, self.minutes - (time.monotonic() - self._budget_from) / 60)
+            return f" ({left:.0f} of {self.minutes:g} min left)"
+        return f"/{self.total_steps}"
+
     def step_line(self, metrics: dict) -> None:
         m = metrics
         self._designs[0] += m.get("envs_valid", 0)
         self._designs[1] += m.get("envs_requested", 0)
         reveal = m.get("formula_reveal_rate")
         self.line(
-            f"step {m['step'] + 1}/{self.total_steps}  v{m['policy_version']}  "
+            f"step {m['step'] + 1}{self._of_total()}  v{m['policy_version']}  "
             + (f"designs {m['envs_valid']} valid of {m['envs_requested']}  " if m.get("envs_requested") else "")
             + f"envs {m.get('active_envs', 0)}  "
             f"win {m.get('win_rate_no_hint', 0.0):.2f} -> {m.get('win_rate_hint', 0.0):.2f} with hint  "
@@ -97,7 +109,7 @@ class _RichBars:
         self.text = Text("")
         add = self.progress.add_task
         self.bars = {
-            "steps": add("steps", total=total_steps, rate=""),
+            "steps": add("steps", total=total_steps or None, rate=""),  # None (a time budget): no bar to fill
             "designs": add("designs", total=None, rate=""),
             "validation": add("validation (valid designs)", total=None, rate=""),
             "plays": add("plays", total=None, rate=""),
@@ -130,7 +142,10 @@ class _RichBars:
         self.live.refresh()
 
     def step_done(self, steps: int, valid: int, requested: int) -> None:
-        self._set("steps", steps, self.total_steps, per_minute=True)
+        if self.total_steps:
+            self._set("steps", steps, self.total_steps, per_minute=True)
+        else:
+            self.progress.update(self.bars["steps"], completed=steps)
         if requested:
             self._set("validation", valid, requested, rate=f"pass {valid / requested:.0%}")
         self.live.refresh()

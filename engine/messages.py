@@ -57,6 +57,7 @@ class MemoryExample(msgspec.Struct, frozen=True, kw_only=True):
     regret: float
     code: str
     name: str
+    env_id: str = ""  # the remembered environment's id
 
 
 class TurnRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -175,6 +176,10 @@ class DesignTask(_Msg, tag="design_task"):
     attempt: int
     step: int
     setting: Setting = "games"
+    # An edit task (`curriculum.edit_share`): the remembered valid environment to write a variant of; None: a fresh design.
+    parent: MemoryExample | None = None
+    parent_id: str = ""  # its env_id
+    edit_mode: str = "numbers"  # numbers: new integer constants for the parent (actors/edits.py); code: the whole code
 
 
 class PlayTask(_Msg, tag="play_task"):

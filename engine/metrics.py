@@ -36,6 +36,10 @@ class StepOutcome(msgspec.Struct, kw_only=True):
     envs_valid: int
     tokens: int
     seconds: float
+    agent_groups: int = 0  # (environment, arm) groups of trained agent samples
+    edits_requested: int = 0  # of envs_requested, edit tasks (a variant of a remembered environment)
+    edits_valid: int = 0  # of envs_valid, edits
+    duplicates: int = 0  # edits rejected as copies of an environment in memory
 
 
 def step_metrics(o: StepOutcome, *, k: int, env_slots: int, isolation: str) -> dict:
@@ -54,6 +58,12 @@ def step_metrics(o: StepOutcome, *, k: int, env_slots: int, isolation: str) -> d
         "env_slots": env_slots,
         "envs_requested": o.envs_requested,
         "envs_valid": o.envs_valid,
+        # valid designs per design attempt, fresh and edited apart (edits: curriculum.edit_share); None: no attempt
+        "design_valid_rate_fresh": _rate(o.envs_valid - o.edits_valid, o.envs_requested - o.edits_requested),
+        "design_valid_rate_edit": _rate(o.edits_valid, o.edits_requested),
+        "edits_requested": o.edits_requested,
+        "edits_valid": o.edits_valid,
+        "edit_duplicates": o.duplicates,
         "active_envs": len(env_win),
         "plays": len(o.plays),
         "plays_failed": sum(1 for r in o.plays if r.status == "failed") + sum(1 for r in o.results if isinstance(r, TaskFailed)),
@@ -69,6 +79,9 @@ def step_metrics(o: StepOutcome, *, k: int, env_slots: int, isolation: str) -> d
         "agent_samples": o.agent_samples,
         "designer_samples": o.designer_samples,
         "zero_variance_groups": o.zero_variance_groups,
+        "agent_groups": o.agent_groups,
+        # the share of trained groups whose returns differ (only those give an agent gradient)
+        "nonzero_variance_share": _rate(o.agent_groups - o.zero_variance_groups, o.agent_groups),
         "dropped_stale": o.dropped_stale,
         "tokens_generated": o.tokens,
         "tokens_per_s": o.tokens / o.seconds if o.seconds > 0 else 0.0,
@@ -76,6 +89,10 @@ def step_metrics(o: StepOutcome, *, k: int, env_slots: int, isolation: str) -> d
         "parse_rules": dict(parse_rules),
         "sandbox": isolation,
     }
+
+
+def _rate(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
 
 
 def window_share(rows: dict[int, dict], first: int, step: int) -> float:

@@ -4,8 +4,10 @@
     designs.seed_memory(seeds)                           # once: the seed environments, valid, in store and memory
     result = await designs.refresh(step, run_tasks)      # RefreshResult: the active environments and counts
 
-Every slot gets a design task grounded on a fresh passage and on memory examples of its skill; failed slots are
-retried with new passages (`curriculum.design_attempts`); every attempt is stored, valid or rejected, with the
+Every slot gets a design task grounded on a fresh passage and on memory examples of its skill, or, with
+probability `curriculum.edit_share` (beyond the reference), an edit task: one remembered valid environment of its
+skill to write a variant of; an edit that reproduces its parent or any environment in memory (`code_fingerprint`)
+is rejected as a duplicate, and a valid edit is stored with its `parent_id`. Failed slots are retried with new passages (`curriculum.design_attempts`); every attempt is stored, valid or rejected, with the
 validator's checks, and the designer's trajectory beside it. A slot left empty plays an earlier valid environment
 of its skill (`curriculum.reuse_valid_envs`). With `curriculum.use_corpus = false` the designer gets no passage.
 Without a designer (`curriculum.design = false`) each refresh draws its environments without replacement from the
@@ -28,7 +30,7 @@ from pathlib import Path
 import msgspec
 
 from engine.config import Config
-from engine.contract import env_class_name
+from engine.contract import code_fingerprint, env_class_name
 from engine.curriculum import (
     ActiveEnv,
     Passage,
@@ -41,7 +43,7 @@ from engine.curriculum import (
     slot_skills,
     truncate_words,
 )
-from engine.messages import DesignResult, DesignTask, PlayResult, TaskFailed
+from engine.messages import DesignResult, DesignTask, MemoryExample, PlayResult, TaskFailed
 from engine.plays import hung
 from engine.revalidate import revalidate_designs
 from engine.rlve import rlve_refresh
@@ -62,6 +64,9 @@ class RefreshResult(msgspec.Struct, kw_only=True):
     requested: int  # design tasks sent (all attempts)
     valid: int  # slots filled by a valid design made now
     tokens: int  # tokens the designs generated
+    edits_requested: int = 0  # of `requested`, the edit tasks (a variant of a remembered environment)
+    edits_valid: int = 0  # of `valid`, the slots filled by a valid edit
+    duplicates: int = 0  # edits rejected because they reproduce an environment in memory
 
 
 def design_record(task: DesignTask, result: DesignResult | TaskFailed) -> EnvironmentRecord:
@@ -69,6 +74,7 @@ def design_record(task: DesignTask, result: DesignResult | TaskFailed) -> Enviro
     common = dict(
         env_id=task.task_id, skill=task.skill, step_created=task.step, source="designed", passage_id=task.passage_id,
         attempt=task.attempt, worker_id=result.worker_id, created_at=time.time(), setting=task.setting,
+        parent_id=task.parent_id,
     )
     if isinstance(result, DesignResult):
         return EnvironmentRecord(
@@ -79,6 +85,12 @@ def design_record(task: DesignTask, result: DesignResult | TaskFailed) -> Enviro
         **common, code="", reply="", hint="", valid=False, reason=f"worker error: {result.reason}", checks=[],
         designer_sample_id="",
     )
+
+
+def duplicate(result: DesignResult, copied: str) -> DesignResult:
+    """An edit that reproduces `copied` (its parent or any environment in memory), rejected as a duplicate."""
+    reason = f"duplicate: reproduces {copied} (an edit must change the game, not copy it)"
+    return msgspec.structs.replace(result, valid=False, reason=reason, checks=[*result.checks, ("novel", False, reason)])
 
 
 def designer_trajectory(task: DesignTask, result: DesignResult) -> TrajectoryRecord:
@@ -98,6 +110,8 @@ class Designs:
         self.seeds: list[SeedEnvironment] = []
         self._pool: list[SeedEnvironment] | None = None  # the fixed pool, loaded at the first refresh without a designer
         self.retired = {e.env_id for e in store.environments() if e.valid and e.reason.startswith("retired:")}
+        self._fingerprints: dict[str, str | None] = {}  # env_id -> code_fingerprint, for the duplicate check of edits
+        self._codes: dict[str, str] = {}  # env_id -> whole code of the edit parents' candidates
 
     def seed_memory(self, seeds: list[SeedEnvironment]) -> None:
         """Store the seed environments as valid and remember them (once; a resumed run finds them there)."""
@@ -124,6 +138,14 @@ class Designs:
 
     def task(self, step: int, slot: int, skill: str, attempt: int, memory: list[MemoryRecord]) -> DesignTask:
         c = self.config.curriculum
+        if c.edit_share > 0 and self.rng.random() < c.edit_share:
+            parent = self.parent(skill, memory)
+            if parent is not None:
+                return DesignTask(
+                    task_id=design_id(step, slot, attempt), skill=skill, skill_description=skill_description(skill),
+                    passage_id="", passage="", examples=[], negatives=[], attempt=attempt, step=step, setting=c.setting,
+                    parent=parent, parent_id=parent.env_id, edit_mode=c.edit_mode,
+                )
         passage = self.sampler.sample() if c.use_corpus else Passage("", "")
         return DesignTask(
             task_id=design_id(step, slot, attempt),
@@ -138,13 +160,48 @@ class Designs:
             setting=c.setting,
         )
 
+    def parent(self, skill: str, memory: list[MemoryRecord]) -> MemoryExample | None:
+        """An edit task's parent: one remembered valid environment of `skill`, drawn as the positive examples are
+        (storage/memory.py) among those the designer could write out in full (at most about 3 characters a token of
+        `play.designer_max_tokens`), with its whole code from the store (memory keeps a prefix); None when none fits."""
+        c = self.config.curriculum
+        fits = [r for r in memory if r.skill == skill and len(self._code(r.env_id)) <= 3 * self.config.play.designer_max_tokens]
+        drawn = positive_examples(fits, skill, 1, self.rng, code_chars=0, setting=c.setting)
+        if not drawn or not self._code(drawn[0].env_id):
+            return None
+        return msgspec.structs.replace(drawn[0], code=self._code(drawn[0].env_id))
+
+    def _code(self, env_id: str) -> str:
+        """The whole code of a valid, not retired environment in the store ("" otherwise), read once."""
+        if env_id not in self._codes:
+            record = self.store.environment(env_id)
+            self._codes[env_id] = record.code if record is not None and record.valid and env_id not in self.retired else ""
+        return self._codes[env_id]
+
+    def duplicate_of(self, code: str, task: DesignTask, memory: list[MemoryRecord]) -> str:
+        """The env_id of the environment in memory (or the task's parent) that `code` reproduces; "" when none."""
+        mine = code_fingerprint(code)
+        if mine is None:
+            return ""
+        for env_id in dict.fromkeys([task.parent_id, *(r.env_id for r in memory)]):
+            if env_id not in self._fingerprints:
+                record = self.store.environment(env_id) if env_id else None
+                self._fingerprints[env_id] = code_fingerprint(record.code) if record is not None else None  # valid or not
+            if self._fingerprints[env_id] == mine:
+                return env_id
+        return ""
+
     def reuse(self, skill: str, taken: set[str]) -> ActiveEnv | None:
-        """An earlier valid environment of this skill not already active (newest designed first, then seeds)."""
+        """An earlier valid environment of this skill not already active: the newest designed one, else one of its
+        seeds drawn at random (the seeds come in graded levels: actors/seeds/manifest.json), else any seed."""
         valid = [e for e in self.store.environments() if e.valid and e.env_id not in taken and e.env_id not in self.retired]
         candidates = [e for e in valid if e.skill == skill] or [e for e in valid if e.source == "seed"]
         if not candidates:
             return None
-        return ActiveEnv.of(max(candidates, key=lambda e: (e.source == "designed", e.step_created, e.env_id)), designed_now=False)
+        designed = [e for e in candidates if e.source == "designed"]
+        if designed:
+            return ActiveEnv.of(max(designed, key=lambda e: (e.step_created, e.env_id)), designed_now=False)
+        return ActiveEnv.of(self.rng.choice(sorted(candidates, key=lambda e: e.env_id)), designed_now=False)
 
     async def refresh(self, step: int, run_tasks: RunTasks) -> RefreshResult:
         c = self.config.curriculum
@@ -156,7 +213,7 @@ class Designs:
             return self.fixed(step, skills)
         memory = list(self.store.memory())
         chosen: list[ActiveEnv | None] = [None] * len(skills)
-        requested = tokens = 0
+        requested = tokens = edits_requested = edits_valid = duplicates = 0
         for attempt in range(1, c.design_attempts + 1):
             open_slots = [i for i, env in enumerate(chosen) if env is None]
             if not open_slots:
@@ -167,6 +224,11 @@ class Designs:
             results = await revalidate_designs(self.config, tasks, results, run_tasks)  # engine/revalidate.py
             with self.store.batch() as batch:
                 for slot, task, result in zip(open_slots, tasks, results):
+                    edits_requested += task.parent is not None
+                    if isinstance(result, DesignResult) and result.valid and task.parent is not None:
+                        if copied := self.duplicate_of(result.code, task, memory):
+                            result = duplicate(result, copied)
+                            duplicates += 1
                     record = design_record(task, result)
                     batch.put_environment(record)
                     if isinstance(result, DesignResult):
@@ -174,11 +236,13 @@ class Designs:
                         batch.put_trajectory(designer_trajectory(task, result))
                     if record.valid:
                         chosen[slot] = ActiveEnv.of(record, designed_now=True)
+                        edits_valid += task.parent is not None
         valid = sum(1 for env in chosen if env is not None)
         for i, env in enumerate(chosen):
             if env is None and c.reuse_valid_envs:
                 chosen[i] = self.reuse(skills[i], {e.env_id for e in chosen if e is not None})
-        return RefreshResult(active=[env for env in chosen if env is not None], requested=requested, valid=valid, tokens=tokens)
+        return RefreshResult(active=[env for env in chosen if env is not None], requested=requested, valid=valid, tokens=tokens,
+                             edits_requested=edits_requested, edits_valid=edits_valid, duplicates=duplicates)
 
     def fixed(self, step: int, skills: list[str]) -> RefreshResult:
         """Without a designer: this refresh's draw from the fixed pool, stored as seed environments when new."""
@@ -215,5 +279,7 @@ class Designs:
             for record in records:
                 batch.put_environment(msgspec.structs.replace(record, reason=f"retired: a call hung at step {step} ({failures[record.env_id]})"))
         self.retired |= set(failures)
+        for env_id in failures:
+            self._codes.pop(env_id, None)
         active[:] = [e for e in active if e.env_id not in self.retired]
         return set(failures)

@@ -72,6 +72,11 @@ def figures(metrics: list[dict], rejected: Counter, rewards: list) -> list[Figur
         line_plot("Diversity", "step", "Vendi score / n", _series(steps, {"step's environments": "vendi_envs_per_n", "memory": "vendi_memory_per_n"}),
                   ylim=(0, 1.05), note=f"embedding: {embedding}" if embedding else ""),
         line_plot("Validation pass rate", "step", "valid designs / design attempts", _series(steps, {"pass rate": "validation_pass_rate"}), ylim=(-0.05, 1.05)),
+        line_plot("Valid designs per refresh, fresh and edited", "step", "valid designs / design attempts",
+                  _series([m for m in steps if m.get("envs_requested")], {"fresh designs": "design_valid_rate_fresh", "edits": "design_valid_rate_edit"}),
+                  ylim=(-0.05, 1.05)),
+        line_plot("Groups with variance", "step", "share of trained groups with differing returns",
+                  _series(steps, {"non-zero variance": "nonzero_variance_share"}), ylim=(-0.05, 1.05)),
         bar_plot("Rejection reasons", "failed check", "rejected designs", dict(rejected.most_common())),
         line_plot("Formula reveal", "step", "share of new environments revealing", _series(steps, {"formula reveal rate": "formula_reveal_rate"}), ylim=(-0.05, 1.05)),
         line_plot("Reward granularity", "step", "distinct reward levels per environment",
@@ -87,6 +92,31 @@ def figures(metrics: list[dict], rejected: Counter, rewards: list) -> list[Figur
         line_plot("Win rate by skill", "step", "win rate (unhinted plays)",
                   {s: ([m["step"] for m in steps], [m.get("win_rate_by_skill", {}).get(s) for m in steps]) for s in skills} or {"no skill yet": ([], [])},
                   ylim=(-0.05, 1.05)),
+    ]
+
+
+def learning_summary(metrics: list[dict]) -> list[list]:
+    """The run's learning signal in figures: valid designs (fresh and edited apart), groups with variance, and the
+    learner updates whose policy gradient was not zero."""
+    steps = [m for m in metrics if "envs_requested" in m]
+    learner = [m.get("learner", {}) for m in metrics if "policy_version" in m]
+
+    def rate(part, whole) -> str:
+        a, b = sum(part(m) for m in steps), sum(whole(m) for m in steps)
+        return f"{a / b:.1%} ({a} of {b})" if b else "-"
+
+    with_groups = [m for m in steps if "agent_groups" in m]
+    varied = [m for m in with_groups if m["agent_groups"] > m.get("zero_variance_groups", 0)]
+    return [
+        ["valid designs, all attempts", rate(lambda m: m["envs_valid"], lambda m: m["envs_requested"])],
+        ["valid designs, fresh", rate(lambda m: m["envs_valid"] - m.get("edits_valid", 0), lambda m: m["envs_requested"] - m.get("edits_requested", 0))],
+        ["valid designs, edits", rate(lambda m: m.get("edits_valid", 0), lambda m: m.get("edits_requested", 0))],
+        ["edits rejected as duplicates", str(sum(m.get("edit_duplicates", 0) for m in steps))],
+        ["steps with a group of non-zero variance", f"{len(varied)} of {len(with_groups)}" if with_groups else "-"],
+        ["groups with non-zero variance", rate(lambda m: m.get("agent_groups", 0) - (m.get("zero_variance_groups", 0) if "agent_groups" in m else 0),
+                                               lambda m: m.get("agent_groups", 0))],
+        ["learner updates with a non-zero policy gradient", f"{sum(1 for m in learner if m.get('grad_norm', 0) > 0)} of {len(learner)}"
+                                                             f" ({int(sum(m.get('optimizer_step', 0) for m in learner))} optimizer steps in all)"],
     ]
 
 
@@ -200,6 +230,10 @@ def write_report(paths: RunPaths, out: Path | None = None) -> str:
                  [[r.env_id, r.skill, r.env_step, r.reward_step, f"{r.regret:+.2f}", f"{r.win_rate:.2f}", f"{r.raw_reward:.3f}", f"{r.advantage:+.3f}"] for r in rewards]),
         "<h2 id='trajectories'>Trajectories</h2>" + _table(["role", "arm", "status", "count"], [[*key, n] for key, n in sorted(counts.items())]),
     ]
+    sections.insert(1, "<h2 id='learning'>Does it learn?</h2>" + _table(["measure", "value"], learning_summary(metrics)))
+    probe = paths.root / "probe" / "table.md"  # `bin/spade-engine eval RUN_DIR@initial RUN_DIR ... --out RUN_DIR/probe`
+    if probe.is_file():
+        sections.insert(2, "<h2 id='probe'>Probe set: initial model against the final checkpoint</h2><pre>" + _e(probe.read_text()[:20000]) + "</pre>")
     evals = [m["eval"] for m in metrics if isinstance(m.get("eval"), dict)]  # in-loop evaluation (engine/evaluation.py)
     if evals:
         sections.insert(2, "<h2 id='evaluation'>Evaluation (in-loop probe set, never trained on)</h2>" + _table(

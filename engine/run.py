@@ -24,6 +24,7 @@ designer flush of a finished run that is now extended).
 
 from __future__ import annotations
 
+import math
 import random
 import time
 
@@ -117,6 +118,12 @@ class Engine:
         self.result_gate = ResultGate.for_run(config, paths, view.line)  # checks every worker result (vocab_size read once)
         self.policy_server: PolicyServer | None = None
         self._progress = {"label": "", "done": 0, "total": 0}
+        # The wall-clock budget (run.minutes, `up --minutes N`), counted from the first step (start-up is not): once
+        # it is spent no step starts; those started finish and train, and `self.steps` (run.steps until then)
+        # becomes the number of steps run.
+        self.steps = config.run.steps
+        self.deadline = math.inf
+        self.admitted = 0  # steps whose plays have started
 
     # ------------------------------------------------------------------ sockets
     async def _receive_workers(self) -> None:
@@ -296,20 +303,31 @@ class Engine:
         return active
 
     # ------------------------------------------------------------------ the loop
+    def time_up(self, step: int) -> bool:
+        """Whether `step` must not start: the wall-clock budget is spent (the run then ends after the steps already
+        started, so `self.steps` shrinks to them)."""
+        if step < self.steps and time.monotonic() >= self.deadline:
+            self.steps = self.admitted
+            self.view.line(f"time budget of {self.config.run.minutes:g} min spent: finishing the {self.steps} steps started, then the report")
+            self.deadline = math.inf  # said once; self.steps is final
+        return step >= self.steps
+
     async def curriculum(self) -> None:
-        steps = self.config.run.steps
         self.designs.seed_memory(self.seeds)
         state = self.store.state()
         first = state.steps_done
         self.paths.update_meta(curriculum_started=time.time())
         active = self.restore(state) if first else []
         if first:
-            self.view.line(f"resume: {first} steps done; continuing at step {first + 1} of {steps}")
+            self.view.line(f"resume: {first} steps done; continuing at step {first + 1} of {self.steps}")
         await self.catch_up_learner()
         self.version_offset = self.target_version - first
-        step = first
-        while step < steps:
-            epoch_end = min(steps, (step // self.k + 1) * self.k)
+        step = self.admitted = first
+        if self.config.run.minutes:
+            self.deadline = time.monotonic() + self.config.run.minutes * 60
+            self.view.budget_started()
+        while not self.time_up(step):
+            epoch_end = min(self.steps, (step // self.k + 1) * self.k)
             refresh = RefreshResult(active=active, requested=0, valid=0, tokens=0)
             epoch_started = time.monotonic()
             if step % self.k == 0:
@@ -320,10 +338,10 @@ class Engine:
                 reuse = "there are no seed environments" if self.config.curriculum.reuse_valid_envs else "curriculum.reuse_valid_envs = false leaves failed slots empty"
                 raise EngineError(f"no valid environment to play at step {step + 1}: every design failed and {reuse}")
             await self.run_epoch(range(step, epoch_end), refresh, epoch_started)
-            step = epoch_end
-        flush = self.designer_queue.pop(steps)
+            step = min(epoch_end, self.steps)
+        flush = self.designer_queue.pop(self.steps)
         if flush:  # designer samples whose reward fell due after the last step (the reference flushes them too)
-            await self.send_batch(steps, flush, checkpoint=True)
+            await self.send_batch(self.steps, flush, checkpoint=True)
         await self.wait_for_version(self.target_version, "final update")
         await self.evaluation.finish(self.policy_version)
         with self.store.batch() as batch:
@@ -346,15 +364,27 @@ class Engine:
             done[step].set()
 
         async def admit(nursery) -> None:
-            for step in steps:
+            for step in steps:  # the budget is checked for all but the first (it started with its refresh)
+                if step > steps.start and self.time_up(step):
+                    break
                 await self.wait_for_version(self.training_version(step) - bound, f"step {step + 1}")
+                if step > steps.start and self.time_up(step):
+                    break
                 started[step] = epoch_started if step == steps.start else time.monotonic()  # a refresh counts
+                self.admitted = step + 1
                 nursery.start_soon(play, step)
+            for step in steps:  # the steps the budget left unstarted: nobody waits for them
+                if step >= self.steps:
+                    done[step].set()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(admit, nursery)
             for step in steps:
-                await done[step].wait()
+                if step < self.steps:
+                    await done[step].wait()
+                if step >= self.steps:  # the budget was spent before this step started (every started one is done)
+                    nursery.cancel_scope.cancel()
+                    break
                 designs = refresh if step == steps.start else RefreshResult(active=refresh.active, requested=0, valid=0, tokens=0)
                 await self.finish_step(step, results.pop(step), designs, time.monotonic() - started[step])
 
@@ -364,6 +394,7 @@ class Engine:
         for env_id in sorted(retired):
             self.view.line(f"step {step + 1}: environment {env_id} retired: a call hung past sandbox.step_timeout_s")
         samples, zero_groups = agent_samples(plays, train_hint=self.config.play.train_hint_plays)
+        groups = len({(s.env_id, s.arm) for s in samples})
         samples, too_stale = drop_stale(samples, self.target_version, self.config.run.max_staleness)
         self.designer_queue.add(close_window(self.store, self.config.reward, self.k, step, len(samples)))
         if step % self.k == 0:
@@ -373,6 +404,8 @@ class Engine:
             step=step, plays=plays, results=results, agent_samples=len(samples), designer_samples=len(due),
             zero_variance_groups=zero_groups, dropped_stale=too_stale, envs_requested=refresh.requested,
             envs_valid=refresh.valid, tokens=refresh.tokens + sum(r.tokens_generated for r in plays), seconds=seconds,
+            agent_groups=groups, edits_requested=refresh.edits_requested, edits_valid=refresh.edits_valid,
+            duplicates=refresh.duplicates,
         )
         stats = step_metrics(outcome, k=self.k, env_slots=self.config.curriculum.envs_per_step, isolation=self.isolation)
         trained_at = self.target_version
@@ -386,8 +419,9 @@ class Engine:
         if len(window) <= step - first:  # earlier steps of the window ran before a resume: their rows are on disk
             window = {**self.metrics.step_rows(), **window}
         stats["learnable_share_window"] = window_share(window, first, step)
-        last = step == self.config.run.steps - 1
-        checkpoint = last and not self.designer_queue.waiting(self.config.run.steps)
+        self.time_up(self.admitted)  # a budget spent now ends the run after the steps already started
+        last = step == self.steps - 1
+        checkpoint = last and not self.designer_queue.waiting(self.steps)
         await self.send_batch(step, samples + due, checkpoint=checkpoint, active=refresh.active)
 
     async def run(self) -> None:

@@ -22,7 +22,7 @@ from engine.messages import Sample, unpack_ints, unpack_mask
 # The agent's first turn wraps the observation (actors/prompts.py AGENT_FIRST_TURN and HINT_INJECTION): the text
 # between this opening and the first of the closings is the observation reset() returned.
 OBSERVATION_OPEN = "Observation: "
-OBSERVATION_CLOSE = ("\n\nHINT: ", "\nPlease reason step by step")
+OBSERVATION_CLOSE = ("\n\nHINT: ", "\nPlease reason step by step", "\nReply with your action only")
 _CHATML = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|\Z)", re.S)
 
 _TOKENIZERS: dict[str, object] = {}

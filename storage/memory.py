@@ -23,7 +23,7 @@ def positive_examples(records: list[MemoryRecord], skill: str, n: int, rng: rand
     pool = learnable[: max(3 * n, 10)]
     chosen = rng.sample(pool, min(n, len(pool)))
     return [
-        MemoryExample(skill=r.skill, win_rate=r.win_rate, regret=r.regret, code=r.code[:code_chars], name=r.name)
+        MemoryExample(skill=r.skill, win_rate=r.win_rate, regret=r.regret, code=r.code[:code_chars], name=r.name, env_id=r.env_id)
         for r in chosen
     ]
 

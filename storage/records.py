@@ -38,6 +38,7 @@ class EnvironmentRecord(msgspec.Struct, kw_only=True):
     worker_id: str
     created_at: float
     setting: str = "games"  # games | tool_use (engine.messages.Setting); older stores decode as games
+    parent_id: str = ""  # an edited design: the env_id of the environment it is a variant of; "": a fresh design
 
 
 class TrajectoryRecord(msgspec.Struct, kw_only=True):

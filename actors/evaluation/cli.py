@@ -90,6 +90,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=8, help="episodes played at once (batched into one generate call)")
     p.add_argument("--ci", choices=["wilson", "bootstrap"], default="wilson")
     p.add_argument("--per-dataset", action="store_true", help="one row per dataset too")
+    p.add_argument("--hinted", action="store_true", help="envs: also play each environment with the hint its manifest.json "
+                   "gives (the families are then the arms: no_hint and hint)")
     p.add_argument("--json", action="store_true", help="print the table as JSON instead of markdown")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="a config value (model.dtype, sandbox.step_timeout_s, inference.max_batch ...)")
     return p
@@ -171,7 +173,8 @@ def run(args, default_model=None) -> int:
     import trio
 
     suite = load_suite(args.suite, path=args.file, episodes=args.episodes, max_turns=args.turns, max_tokens=args.max_tokens,
-                       temperature=args.temperature, datasets=[d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None)
+                       temperature=args.temperature, datasets=[d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None,
+                       hinted=getattr(args, "hinted", False))
     config = _config(args)
     models = []
     for text in args.models:

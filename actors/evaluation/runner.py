@@ -97,7 +97,7 @@ async def play_item(item: Item, *, settings, batcher, tokenizer, play_config, po
         from actors.agent import play_episode
 
         task = PlayTask(task_id=f"eval-{item.dataset}-{item.episode}", env_id=item.dataset, skill=item.skill, code=item.code,
-                        hint="", arm="no_hint", seed=item.seed, step=0)
+                        hint=item.hint, arm="hint" if item.hint else "no_hint", seed=item.seed, step=0)
         r = await play_episode(task, batcher=batcher, pool=pool, tokenizer=tokenizer, play_config=play_config, worker_id="eval")
         win = r.status != "failed" and r.episode_return > 0
         return {"score": r.episode_return, "win": win, "answer": r.turns[-1].action if r.turns else None,

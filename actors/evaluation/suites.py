@@ -67,6 +67,7 @@ class Item(msgspec.Struct, frozen=True, kw_only=True):
     code: str = ""  # env: the environment's source
     skill: str = ""
     seed: int = 0
+    hint: str = ""  # env with --hinted: played with this hint (the hinted arm); "": without
 
 
 class Suite(msgspec.Struct, kw_only=True):
@@ -150,30 +151,41 @@ def _local(name: str, path: Path, settings: Settings) -> Suite:
     return Suite(name=name, key=f"{name}:{path.resolve()}", items=items, settings=settings, families=[name])
 
 
-def _envs(path: Path, settings: Settings) -> Suite:
+def _envs(path: Path, settings: Settings, hinted: bool = False) -> Suite:
+    """Every environment of the folder, `episodes` plays each; `hinted`: as many more with its manifest hint, the
+    families then being the two arms (no_hint, hint) so that the table's family rows are the two win rates."""
     if not path.is_dir():
         raise SuiteError(f"--suite envs needs --file DIR, a folder of environment .py files ({path} is not a folder)")
-    skills = {}
+    skills, hints = {}, {}
     if (path / "manifest.json").is_file():
         try:
-            skills = {Path(e["file"]).stem: e.get("skill", "") for e in json.loads((path / "manifest.json").read_text())}
-        except (json.JSONDecodeError, TypeError, KeyError) as exc:
+            entries = json.loads((path / "manifest.json").read_text())
+            skills = {Path(e["file"]).stem: e.get("skill", "") for e in entries}
+            hints = {Path(e["file"]).stem: e.get("hint", "") for e in entries}
+        except (json.JSONDecodeError, TypeError, KeyError, AttributeError) as exc:
             raise SuiteError(f"{path / 'manifest.json'} is not a list of {{file, skill}} objects ({exc})") from None
     files = sorted(path.glob("*.py"))
     if not files:
         raise SuiteError(f"{path} holds no environment .py files")
+    if hinted and not any(hints.get(file.stem) for file in files):
+        raise SuiteError(f"--hinted: {path / 'manifest.json'} gives no environment of {path} a hint")
     items = []
     for file in files:
-        family = skills.get(file.stem) or "envs"
-        for i in range(settings.episodes):
-            items.append(Item(kind="env", dataset=file.stem, family=family, episode=str(i), code=file.read_text(),
-                              skill=family, seed=i))
+        skill = skills.get(file.stem) or "envs"
+        arms = [("", file.stem, "no_hint" if hinted else skill)]
+        if hinted and hints.get(file.stem):
+            arms.append((hints[file.stem], f"{file.stem}+hint", "hint"))
+        for hint, dataset, family in arms:
+            for i in range(settings.episodes):
+                items.append(Item(kind="env", dataset=dataset, family=family, episode=str(i), code=file.read_text(),
+                                  skill=skill, seed=i, hint=hint))
     families = sorted({item.family for item in items})
     return Suite(name="envs", key=f"envs:{path.resolve()}", items=items, settings=settings, families=families)
 
 
 def load_suite(name: str, *, path: str | Path | None = None, datasets: list[str] | None = None, episodes: int | None = None,
-               max_turns: int | None = None, max_tokens: int | None = None, temperature: float | None = None) -> Suite:
+               max_turns: int | None = None, max_tokens: int | None = None, temperature: float | None = None,
+               hinted: bool = False) -> Suite:
     if name not in SUITES:
         raise SuiteError(f"unknown suite {name!r} (known: {', '.join(SUITES)})")
     d = DEFAULTS[name]
@@ -190,8 +202,10 @@ def load_suite(name: str, *, path: str | Path | None = None, datasets: list[str]
         return _rg_hard(settings, datasets)
     if datasets:
         raise SuiteError("--datasets is for --suite rg-hard")
+    if hinted and name != "envs":
+        raise SuiteError("--hinted is for --suite envs")
     if name == "envs":
         if not path:
             raise SuiteError("--suite envs needs --file DIR, a folder of environment .py files")
-        return _envs(Path(path), settings)
+        return _envs(Path(path), settings, hinted)
     return _local(name, Path(path) if path else EXAMPLES[name], settings)

@@ -26,11 +26,13 @@ def write_script(tmp_path: Path, designer: list[str] | None = None) -> Path:
     return path
 
 
-def up(tiny_model_path: str, run_dir: Path, script: Path, steps: int, *, preset: str = "default", sets=(), timeout=300):
-    """`up --no-live` on the scripted backend, small enough for 2 cores; `sets` are more `--set` overrides."""
+def up(tiny_model_path: str, run_dir: Path, script: Path, steps: int | None, *, preset: str = "default", sets=(), timeout=300,
+       args=()):
+    """`up --no-live` on the scripted backend, small enough for 2 cores; `sets` are more `--set` overrides, `args`
+    more arguments; `steps` None: no --steps."""
     argv = [
         sys.executable, "-m", "engine.cli", "up", "--no-live", "--preset", preset,
-        "--model", tiny_model_path, "--run-dir", str(run_dir), "--steps", str(steps),
+        "--model", tiny_model_path, "--run-dir", str(run_dir), *(["--steps", str(steps)] if steps is not None else []), *args,
         "--set", "inference.backend=scripted", "--set", f"inference.script={json.dumps(str(script))}",
         "--set", f"play.designer_prefill={PREFILL}", "--set", "play.max_turns=2",
         "--set", "curriculum.design_attempts=1", "--set", "sandbox.workers=4",

@@ -69,7 +69,7 @@ def rlve_run(tiny_model_path, tmp_path_factory):
         "up", "--no-live", "--preset", "rlve", "--model", tiny_model_path, "--run-dir", str(run_dir), "--steps", "3",
         "--set", "inference.backend=scripted", "--set", f"inference.script={json.dumps(str(script))}",
         "--set", "curriculum.envs_per_step=2", "--set", "run.max_staleness=0", "--set", "learner.learning_rate=1e-3",
-        "--set", "eval.every=2", "--set", "eval.suite=rg-hard", "--set", "eval.datasets=['chain_sum', 'maze']",
+        "--set", "play.plays_per_env=2", "--set", "eval.every=2", "--set", "eval.suite=rg-hard", "--set", "eval.datasets=['chain_sum', 'maze']",
         "--set", "eval.episodes=1", "--set", "eval.max_tokens=16",
     ), timeout=480)
     assert result.returncode == 0, result.stdout + result.stderr

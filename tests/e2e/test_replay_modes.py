@@ -47,6 +47,8 @@ def run_dir(tiny_model_path, tmp_path_factory) -> Path:
         "curriculum.envs_per_step=2", "curriculum.skills_per_refresh=2", "curriculum.design_attempts=1", "run.max_staleness=0",
         "play.max_turns=2", "learner.learning_rate=1e-3", f"play.designer_prefill={json.dumps(chr(96) * 3 + 'python' + chr(10))}",
         "learner.checkpoint_every=1", "learner.keep_checkpoints=0", "learner.mini_batches=2",
+        # fresh designs, groups of 2 and the reference's player prompt, as the expected numbers and transcript were made
+        "curriculum.edit_share=0", "play.plays_per_env=2", "play.hint_plays_per_env=2", 'play.agent_prompt="reason"', 'play.agent_prefill=""',
     ]
     result = cli("up", "--no-live", "--model", tiny_model_path, "--run-dir", tmp / "run", "--steps", 3, *[x for s in sets for x in ("--set", s)], timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -48,6 +48,8 @@ def _up_command(tiny_model_path: str, run_dir: Path, script: Path, steps: int, e
         "--set", "curriculum.skills_per_refresh=2", "--set", "curriculum.design_attempts=1",
         "--set", "run.max_staleness=0", "--set", "play.max_turns=2", "--set", "learner.learning_rate=1e-3",
         "--set", f"play.designer_prefill={json.dumps(chr(96) * 3 + 'python' + chr(10))}",
+        # fresh designs only and groups of 2 (edit tasks: test_edit_designs.py), as these tests were sized
+        "--set", "curriculum.edit_share=0", "--set", "play.plays_per_env=2", "--set", "play.hint_plays_per_env=2",
         *extra,
     ]
 

@@ -39,11 +39,14 @@ def test_paper_preset_resolves_to_the_reference_values():
     assert (cur.design_attempts, cur.max_passage_words, cur.reuse_valid_envs, cur.use_corpus) == (5, 6000, False, True)
     assert (cur.memory_positives, cur.memory_negatives, cur.example_code_chars, cur.memory_capacity) == (2, 1, 2000, 200)
     assert cur.retire_hanging_envs
+    assert cur.edit_share == 0.0  # edit tasks (issue 11) are beyond the reference: none in the paper preset
+    assert c.run.max_staleness == 4 and c.run.minutes == 0.0
     assert (play.plays_per_env, play.hint_plays_per_env, play.hint_plays, play.train_hint_plays) == (8, 16, "refresh", False)
     assert (play.max_turns, play.agent_max_tokens, play.max_context_tokens, play.end_on_cutoff) == (25, 8192, 32768, True)
     assert (play.designer_max_tokens, play.hint_max_tokens, play.hint_attempts, play.hint_retry_backoff_s) == (16384, 4096, 3, 1.0)
     assert (play.agent_temperature, play.designer_temperature, play.hint_temperature, play.top_p, play.top_k) == (0.6, 0.6, 0.3, 0.95, 20)
     assert play.partial_rewards and not play.quality_checks
+    assert (play.agent_prompt, play.agent_prefill) == ("reason", "")  # the reference's player prompt, no prefill
     assert (reward.designer_reward, reward.regret_floor, reward.regret_weight, reward.plateau_weight) == ("blend", 0.15, 0.4, 0.6)
     assert (reward.plateau_low, reward.plateau_high, reward.plateau_ramp, reward.win_rate) == (0.4, 0.6, 0.25, "mean_return")
     assert (reward.designer_scale, reward.designer_advantage, reward.train_designer) == (0.0, "centred", True)

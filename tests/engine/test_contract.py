@@ -46,3 +46,14 @@ def test_no_class_and_a_syntax_error_name_the_fallback():
     assert env_class_name("") == "Env"
     assert env_class_name("import random\n") == "Env"
     assert env_class_name("class BrokenEnv(:\n    pass\n") == "Env"
+
+
+def test_a_copy_has_the_fingerprint_of_its_original_and_a_variant_does_not():
+    from engine.contract import code_fingerprint
+
+    original = '"""Doc."""\nimport random\n\n\nclass AEnv:\n    N = 3  # size\n\n    def step(self, a):\n        return AEnv.N\n'
+    renamed = "import random\nclass OtherEnv:\n    N = 3\n    def step(self, a):\n        '''doc'''\n        return OtherEnv.N\n"
+    assert code_fingerprint(original) == code_fingerprint(renamed) is not None  # comments, docstrings, layout, class name
+    assert code_fingerprint(original) != code_fingerprint(original.replace("N = 3", "N = 4"))
+    assert code_fingerprint(original) != code_fingerprint(original.replace("return AEnv.N", "return -AEnv.N"))
+    assert code_fingerprint("def f(:") is None

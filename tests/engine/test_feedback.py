@@ -168,3 +168,32 @@ def test_learning_progress_reads_the_earlier_windows_from_the_store(store):
     (second,) = close_window(store, config, K, 3, 8)
     mu = 0.15 * 0.25 + 0.85 * 1.0  # updated with this window's mean before it is read
     assert second.record.win_rate == 1.0 and second.record.raw_reward == pytest.approx(1.0 - mu)
+
+
+def test_the_default_preset_gives_two_valid_designs_of_one_skill_a_non_zero_designer_advantage(tmp_path):
+    """Two designs share a skill at every refresh of the default preset, so the per-skill centring leaves a signal
+    when their regrets differ (with one design a skill, as before, every designer advantage was 0)."""
+    from engine.config import load_config
+    from engine.curriculum import active_skills, slot_skills
+
+    config = load_config(preset="default")
+    c = config.curriculum
+    for refresh in range(6):
+        skills = slot_skills(active_skills(c.skills, c.skills_per_refresh, refresh), c.envs_per_step)
+        assert all(skills.count(s) >= 2 for s in skills), skills
+    store = Store.open(tmp_path / "store")
+    k = c.refresh_interval
+    returns = {"e1": ([1.0, 1.0], [0.0, 1.0]), "e2": ([0.0, 0.0], [0.0, 0.0])}  # (hinted, unhinted): regret 0.5 and 0
+    with store.batch() as batch:
+        for env_id, (hinted, unhinted) in returns.items():
+            batch.put_environment(_env(env_id, "A"))
+            batch.put_trajectory(_design(env_id, "A"))
+            for step in range(k):
+                for arm, values in (("hint", hinted if step == 0 else []), ("no_hint", unhinted)):
+                    for i, value in enumerate(values):
+                        batch.put_trajectory(_play(f"{env_id}-{step}-{arm}-{i}", env_id, "A", arm, step, value))
+    rewards = {r.record.env_id: r for r in close_window(store, config.reward, k, k - 1, 16)}
+    assert rewards["e1"].record.regret == pytest.approx(0.5) and rewards["e2"].record.regret == 0.0
+    assert rewards["e1"].sample.advantage > 0 > rewards["e2"].sample.advantage
+    assert rewards["e1"].sample.advantage == pytest.approx(-rewards["e2"].sample.advantage)
+    store.close()

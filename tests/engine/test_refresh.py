@@ -1,5 +1,6 @@
 import random
 
+import msgspec
 import trio
 
 from engine.config import load_config
@@ -79,7 +80,8 @@ SEEDS = [
 def _designs(tmp_path, *overrides):
     config = load_config(overrides=[
         'curriculum.skills=["A", "B"]', "curriculum.skills_per_refresh=2", "curriculum.envs_per_step=3",
-        "curriculum.design_attempts=3", "curriculum.revalidate=false", *overrides,  # tests/engine/test_revalidate.py
+        "curriculum.design_attempts=3", "curriculum.revalidate=false", "curriculum.edit_share=0",  # (edits: below)
+        *overrides,  # revalidation: tests/engine/test_revalidate.py
     ])
     store = Store.open(tmp_path / "store")
     sampler = PassageSampler([Passage(f"p{i}", f"passage number {i}") for i in range(20)], seed=0)
@@ -302,3 +304,80 @@ def test_a_hung_environment_is_retired_and_never_reused(tmp_path):
     again, store = _designs(tmp_path)  # ... not even after a restart
     assert again.retired == {"e1"}
     store.close()
+
+
+# --- edit tasks (curriculum.edit_share): a variant of a remembered valid environment
+
+PARENT = "import random\n\n\nclass AlphaEnv:\n    SIZE = 3  # the board\n\n    def reset(self, seed=None):\n        return 'hi', {}\n"
+VARIANT = PARENT.replace("SIZE = 3", "SIZE = 5").replace("AlphaEnv", "BiggerAlphaEnv")
+COPY = '"""A renamed copy."""\nimport random\n\nclass CopiedEnv:\n    SIZE = 3\n    def reset(self, seed=None):\n        return "hi", {}\n'
+
+
+class EditWorkers(Workers):
+    """Answers every task valid, with the code `write(task)` gives."""
+
+    def __init__(self, write):
+        super().__init__(default="valid")
+        self.write = write
+
+    async def __call__(self, label, tasks):
+        results = await super().__call__(label, tasks)
+        return [msgspec.structs.replace(r, code=self.write(t)) for r, t in zip(results, tasks)]
+
+
+def _edit_designs(tmp_path):
+    designs, store = _designs(tmp_path, "curriculum.edit_share=1", 'curriculum.skills=["A"]', "curriculum.skills_per_refresh=1",
+                              "curriculum.envs_per_step=1")
+    designs.seed_memory([SeedEnvironment(name="alpha", skill="A", code=PARENT, hint="alpha hint"), SEEDS[1]])
+    return designs, store
+
+
+def test_an_edit_task_hands_the_designer_a_whole_remembered_environment_and_links_its_variant(tmp_path):
+    designs, store = _edit_designs(tmp_path)
+    workers = EditWorkers(lambda task: VARIANT)
+    result = _refresh(designs, workers, step=0)
+    [task] = workers.calls[0][1]
+    assert task.parent is not None and (task.parent_id, task.parent.code, task.parent.skill) == ("seed-alpha", PARENT, "A")
+    assert (task.passage, task.passage_id, task.examples) == ("", "", [])  # the parent is the prompt's example
+    record = store.environment("s0000-e00-a1")
+    assert (record.valid, record.parent_id, record.code) == (True, "seed-alpha", VARIANT)
+    assert (result.requested, result.valid, result.edits_requested, result.edits_valid, result.duplicates) == (1, 1, 1, 1, 0)
+    assert result.active[0].designed_now and result.active[0].class_name == "BiggerAlphaEnv"
+    store.close()
+
+
+def test_an_edit_that_reproduces_its_parent_is_rejected_as_a_duplicate(tmp_path):
+    designs, store = _edit_designs(tmp_path)
+    result = _refresh(designs, EditWorkers(lambda task: COPY), step=0)  # renamed, reformatted, a docstring: still a copy
+    for attempt in (1, 2, 3):
+        record = store.environment(f"s0000-e00-a{attempt}")
+        assert not record.valid and record.reason.startswith("duplicate: reproduces seed-alpha")
+        assert record.checks[-1][:2] == ("novel", False) and record.parent_id == "seed-alpha"
+    assert (result.valid, result.edits_requested, result.edits_valid, result.duplicates) == (0, 3, 0, 3)
+    assert [e.env_id for e in result.active] == ["seed-alpha"]  # the slot plays an earlier environment
+    store.close()
+
+
+def test_an_edit_that_copies_another_remembered_environment_is_a_duplicate_too(tmp_path):
+    designs, store = _edit_designs(tmp_path)
+    other = PARENT.replace("SIZE = 3", "SIZE = 9")
+    with store.batch() as batch:
+        batch.put_environment(msgspec.structs.replace(_env("old", "A"), code=other))
+        batch.put_memory(MemoryRecord(env_id="old", skill="A", name="AlphaEnv", code=other[:20], win_rate=0.99, regret=0.0, step=0,
+                                      source="designed"))  # too easy: never a parent, still remembered
+    _refresh(designs, EditWorkers(lambda task: other), step=2)
+    assert store.environment("s0002-e00-a1").reason.startswith("duplicate: reproduces old")
+    store.close()
+
+
+def test_no_edit_without_a_parent_that_fits_the_designers_budget(tmp_path):
+    designs, store = _designs(tmp_path, "curriculum.edit_share=1", "play.designer_max_tokens=4")  # 12 characters
+    designs.seed_memory(SEEDS)
+    workers = Workers(default="valid")
+    _refresh(designs, workers, step=0)
+    assert all(t.parent is None and t.passage for _, tasks in workers.calls for t in tasks)  # fresh designs
+    store.close()
+
+
+def test_the_paper_preset_asks_for_no_edit():
+    assert load_config(preset="paper").curriculum.edit_share == 0.0

@@ -38,3 +38,21 @@ def test_a_bad_record_is_listed_and_the_report_still_written(small_run, capsys):
 def test_headless_chromium_renders_the_report(small_run, tmp_path):
     write_report(small_run.paths)
     assert_not_blank(screenshot(small_run.paths.report, tmp_path / "report.png", tmp_path), (1280, 4000))
+
+
+def test_the_learning_summary_counts_valid_designs_variance_and_gradient_steps():
+    from engine.report import learning_summary
+
+    rows = [
+        {"step": 0, "policy_version": 1, "envs_requested": 8, "envs_valid": 3, "edits_requested": 6, "edits_valid": 3, "edit_duplicates": 2,
+         "agent_groups": 4, "zero_variance_groups": 3, "learner": {"grad_norm": 0.5, "optimizer_step": 1.0}},
+        {"step": 1, "policy_version": 2, "envs_requested": 0, "envs_valid": 0, "agent_groups": 4, "zero_variance_groups": 4,
+         "learner": {"grad_norm": 0.0, "optimizer_step": 0.0}},
+    ]
+    summary = dict(learning_summary(rows))
+    assert summary["valid designs, all attempts"] == "37.5% (3 of 8)"
+    assert summary["valid designs, fresh"] == "0.0% (0 of 2)" and summary["valid designs, edits"] == "50.0% (3 of 6)"
+    assert summary["edits rejected as duplicates"] == "2"
+    assert summary["steps with a group of non-zero variance"] == "1 of 2"
+    assert summary["groups with non-zero variance"] == "12.5% (1 of 8)"
+    assert summary["learner updates with a non-zero policy gradient"] == "1 of 2 (1 optimizer steps in all)"

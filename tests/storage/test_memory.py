@@ -107,7 +107,7 @@ def test_fewer_learnable_records_than_asked_returns_them_all():
 def test_a_positive_example_carries_the_record_with_its_code_truncated():
     code = "class LongEnv:\n" + "    x = 1\n" * 50
     [example] = positive_examples([_record("Long", 0.4, 0.25, code=code)], "S", 1, random.Random(0), 20)
-    assert example == MemoryExample(skill="S", win_rate=0.4, regret=0.25, code=code[:20], name="LongEnv")
+    assert example == MemoryExample(skill="S", win_rate=0.4, regret=0.25, code=code[:20], name="LongEnv", env_id="Long")
     assert len(example.code) == 20
     [short] = positive_examples([_record("Short", 0.4, 0.25, code="class ShortEnv: pass")], "S", 1, random.Random(0), 2000)
     assert short.code == "class ShortEnv: pass"

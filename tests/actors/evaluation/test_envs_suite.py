@@ -66,3 +66,26 @@ def test_envs_folder_is_played_by_the_agent(tiny_model_path, tmp_path):
     assert not by[("hang", "0")]["win"] and by[("hang", "0")]["failure"].startswith("timeout")
     table = build_table(rows, models=[("m", "m")], suite=suite)
     assert {r["name"]: r["cells"]["m"]["win_rate"] for r in table["rows"]} == {"Logical Deduction (1)": 1.0, "envs (1)": 0.0, "overall": 0.5}
+
+
+def test_hinted_adds_the_hinted_arm_with_the_manifests_hints(tmp_path):
+    import pytest
+
+    from actors.evaluation.suites import SuiteError
+
+    (tmp_path / "seven.py").write_text(SEVEN)
+    (tmp_path / "other.py").write_text(SEVEN.replace("SevenEnv", "OtherEnv"))
+    (tmp_path / "manifest.json").write_text(json.dumps([{"file": "seven.py", "skill": "Numbers", "hint": "Say 7."}]))
+    plain = load_suite("envs", path=tmp_path, episodes=2)
+    assert {(i.dataset, i.family, i.hint) for i in plain.items} == {("seven", "Numbers", ""), ("other", "envs", "")}
+    hinted = load_suite("envs", path=tmp_path, episodes=2, hinted=True)
+    assert sorted((i.dataset, i.family, i.hint, i.episode) for i in hinted.items) == [
+        ("other", "no_hint", "", "0"), ("other", "no_hint", "", "1"),  # no hint in the manifest: no hinted arm
+        ("seven", "no_hint", "", "0"), ("seven", "no_hint", "", "1"),
+        ("seven+hint", "hint", "Say 7.", "0"), ("seven+hint", "hint", "Say 7.", "1")]
+    assert hinted.families == ["hint", "no_hint"]
+    (tmp_path / "manifest.json").unlink()
+    with pytest.raises(SuiteError, match="gives no environment .* a hint"):
+        load_suite("envs", path=tmp_path, hinted=True)
+    with pytest.raises(SuiteError, match="--hinted is for --suite envs"):
+        load_suite("math", hinted=True)
