@@ -190,12 +190,17 @@ def test_episodes_run_concurrently_up_to_the_worker_count():
     slow = env_source(step_body='x = 0\nfor _ in range(3_000_000): x += 1\nreturn "ok", 0.0, True, False, {}')
     concurrent = 0
     peak = 0
+    both = trio.Event()  # the first two episodes stay open until both are: no race against the machine's load
 
     async def one(pool):
         nonlocal concurrent, peak
         async with pool.open_episode(slow) as episode:
             concurrent += 1
             peak = max(peak, concurrent)
+            if concurrent == 2:
+                both.set()
+            with trio.move_on_after(60):
+                await both.wait()
             await episode.reset(seed=0)
             await episode.step("x")
             concurrent -= 1
