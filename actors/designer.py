@@ -2,7 +2,8 @@
 
 1. Prompt the policy (designer role) with the passage, the spec, memory examples and the skill; or, in an edit
    task, with one remembered valid environment to write a variant of: new values for its integer constants
-   (`curriculum.edit_mode = "numbers"`, actors/edits.py; at `play.edit_temperature`) or its whole code ("code").
+   (`curriculum.edit_mode = "numbers"`, actors/edits.py; at `play.edit_temperature`; a reply that copies the parent
+   is drawn again, up to `play.edit_draws` replies, and only the kept one is trained) or its whole code ("code").
    A fresh design or code edit is prefilled with the start of a ```python block (`play.designer_prefill`), a
    scaffold small models need.
 2. Extract the code; the validator repairs f-string braces, then runs static and sandboxed dynamic checks.
@@ -34,6 +35,7 @@ from actors.prompts import (
 )
 from actors.tool_use import prompts as tool_prompts  # the tool-use setting's designer and hint prompts
 from actors.sandbox import validate_environment
+from engine.contract import code_fingerprint
 from engine.messages import DesignResult, DesignTask
 
 # Validation plays up to the reference's turn cap; during training the pool caps episodes at play.max_turns.
@@ -77,11 +79,16 @@ async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play
         prompt = designer_user_message(task, partial_rewards=play_config.partial_rewards, max_turns=VALIDATION_MAX_TURNS,
                                        play_turns=play_config.max_turns)
     chat.add_user(prompt, prefill=prefill)
-    generation = await batcher.generate(chat.request("designer", max_new_tokens=max_tokens, temperature=temperature, play_config=play_config))
-    tokens = len(generation.completion_ids)
+    request = chat.request("designer", max_new_tokens=max_tokens, temperature=temperature, play_config=play_config)
+    tokens, draws, parent = 0, 0, code_fingerprint(task.parent.code) if found else None
+    while True:  # a number edit that copies its parent is drawn again, up to play.edit_draws replies; the last is kept
+        generation = await batcher.generate(request)
+        tokens, draws = tokens + len(generation.completion_ids), draws + 1
+        reply = prefill + generation.text
+        code = with_numbers(task.parent.code, found, parse_numbers(reply, len(found))) if found else extract_code(reply)
+        if not found or draws >= play_config.edit_draws or code_fingerprint(code) != parent:
+            break
     chat.add_assistant(generation)
-    reply = prefill + generation.text
-    code = with_numbers(task.parent.code, found, parse_numbers(reply, len(found))) if found else extract_code(reply)
     hint = ""
     quality = play_config.quality_checks
     verdict = await validate_environment(pool, code, max_turns=VALIDATION_MAX_TURNS, quality_checks=quality)
@@ -111,4 +118,5 @@ async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play
         designer=sample,
         tokens_generated=tokens,
         seconds=time.perf_counter() - started,
+        draws=draws,
     )

@@ -16,7 +16,7 @@ from typing import Literal, get_args
 
 import msgspec
 
-from engine.config_sections import ABLATIONS, PAPER, RLVE_PRESET, TOOL_USE_PRESET, EvalConfig, RlveConfig
+from engine.config_sections import ABLATIONS, MAX_DRAWS, PAPER, RLVE_PRESET, TOOL_USE_PRESET, EvalConfig, RlveConfig
 from engine.errors import InputError
 from engine.paths import address_problem
 
@@ -76,10 +76,9 @@ class CurriculumConfig(_Section):
 
 
 class PlayConfig(_Section):
-    plays_per_env: int = 4  # G: plays without the hint per environment per step
+    plays_per_env: int = 6  # G: plays without the hint per environment per step
     hint_plays_per_env: int = 4  # plays with the hint per environment, when hinted plays are made (`hint_plays`)
-    # refresh: hinted plays only at a refresh step, for the environments made there (the reference: they give the
-    # regret, nothing else); every_step: every active environment at every step
+    # refresh: only at a refresh step, for the environments made there (the reference); every_step: all, every step
     hint_plays: Literal["refresh", "every_step"] = "refresh"
     train_hint_plays: bool = False  # train on the hinted plays as agent samples too (the reference never does)
     end_on_cutoff: bool = False  # a reply cut at agent_max_tokens ends the episode, return 0 (the reference: true)
@@ -91,6 +90,7 @@ class PlayConfig(_Section):
     designer_max_tokens: int = 640  # a code edit writes its parent out in full: the easy seeds are about 450-530 tokens
     designer_temperature: float = 0.6
     edit_temperature: float = 1.0  # number edits (a small model at 0.6 copies the old numbers: 46 of 48 times)
+    edit_draws: int = 3  # a number edit's replies at most: one that copies the parent is drawn again (1: never)
     designer_prefill: str = "```python\nimport random\nimport re\n\n\nclass "  # the start of a design reply (a scaffold)
     hint_max_tokens: int = 64
     hint_temperature: float = 0.3
@@ -393,7 +393,7 @@ def check_config(config: Config) -> None:
     for name in (
         "run.steps", "run.learnable_window", "curriculum.envs_per_step", "curriculum.refresh_interval",
         "curriculum.design_attempts", "curriculum.skills_per_refresh", "play.max_turns", "play.agent_max_tokens",
-        "play.designer_max_tokens", "play.hint_attempts", "inference.max_batch", "sandbox.workers",
+        "play.designer_max_tokens", "play.hint_attempts", "play.edit_draws", "inference.max_batch", "sandbox.workers",
     ):
         section, key = name.split(".")
         value = getattr(getattr(c, section), key)
@@ -403,8 +403,8 @@ def check_config(config: Config) -> None:
         raise ConfigError("play.plays_per_env and play.hint_plays_per_env must be >= 0")
     if c.play.plays_per_env + c.play.hint_plays_per_env < 1:
         raise ConfigError("play.plays_per_env + play.hint_plays_per_env must be at least 1")
-    if not 0.0 < c.reward.progress_gamma <= 1.0 or not 0.0 <= c.curriculum.edit_share <= 1.0 or c.run.minutes < 0:
-        raise ConfigError("reward.progress_gamma must be in (0, 1], curriculum.edit_share in [0, 1] and run.minutes >= 0")
+    if not 0.0 < c.reward.progress_gamma <= 1.0 or not 0.0 <= c.curriculum.edit_share <= 1.0 or c.run.minutes < 0 or c.play.edit_draws > MAX_DRAWS:
+        raise ConfigError(f"reward.progress_gamma must be in (0, 1], curriculum.edit_share in [0, 1], run.minutes >= 0 and play.edit_draws <= {MAX_DRAWS}")
     if c.curriculum.fixed_envs and c.curriculum.design:
         raise ConfigError("curriculum.fixed_envs is played only without a designer: add --set curriculum.design=false (or --preset fixed-envs)")
     if c.run.max_staleness < 0:

@@ -101,6 +101,7 @@ class DesignResult(_Msg, tag="design_result"):
     designer: Sample  # role=designer; reward filled in by the engine k steps later
     tokens_generated: int
     seconds: float
+    draws: int = 1  # replies generated: a number edit redraws one that copies its parent (`play.edit_draws`)
 
 
 class PlayResult(_Msg, tag="play_result"):

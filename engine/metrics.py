@@ -40,6 +40,7 @@ class StepOutcome(msgspec.Struct, kw_only=True):
     edits_requested: int = 0  # of envs_requested, edit tasks (a variant of a remembered environment)
     edits_valid: int = 0  # of envs_valid, edits
     duplicates: int = 0  # edits rejected as copies of an environment in memory
+    edit_replies: int = 0  # replies the edit tasks generated (>= edits_requested: play.edit_draws)
 
 
 def step_metrics(o: StepOutcome, *, k: int, env_slots: int, isolation: str) -> dict:
@@ -64,6 +65,7 @@ def step_metrics(o: StepOutcome, *, k: int, env_slots: int, isolation: str) -> d
         "edits_requested": o.edits_requested,
         "edits_valid": o.edits_valid,
         "edit_duplicates": o.duplicates,
+        "edit_replies": o.edit_replies,
         "active_envs": len(env_win),
         "plays": len(o.plays),
         "plays_failed": sum(1 for r in o.plays if r.status == "failed") + sum(1 for r in o.results if isinstance(r, TaskFailed)),

@@ -68,6 +68,7 @@ class RefreshResult(msgspec.Struct, kw_only=True):
     edits_requested: int = 0  # of `requested`, the edit tasks (a variant of a remembered environment)
     edits_valid: int = 0  # of `valid`, the slots filled by a valid edit
     duplicates: int = 0  # edits rejected because they reproduce an environment in memory
+    edit_replies: int = 0  # the edit tasks' replies (a number edit that copied its parent drew again: play.edit_draws)
 
 
 def design_record(task: DesignTask, result: DesignResult | TaskFailed) -> EnvironmentRecord:
@@ -214,7 +215,7 @@ class Designs:
             return self.fixed(step, skills)
         memory = list(self.store.memory())
         chosen: list[ActiveEnv | None] = [None] * len(skills)
-        requested = tokens = edits_requested = edits_valid = duplicates = 0
+        requested = tokens = edits_requested = edits_valid = duplicates = edit_replies = 0
         for attempt in range(1, c.design_attempts + 1):
             open_slots = [i for i, env in enumerate(chosen) if env is None]
             if not open_slots:
@@ -234,6 +235,7 @@ class Designs:
                     batch.put_environment(record)
                     if isinstance(result, DesignResult):
                         tokens += result.tokens_generated
+                        edit_replies += result.draws if task.parent is not None else 0
                         batch.put_trajectory(designer_trajectory(task, result))
                     if record.valid:
                         chosen[slot] = ActiveEnv.of(record, designed_now=True)
@@ -243,7 +245,8 @@ class Designs:
             if env is None and c.reuse_valid_envs:
                 chosen[i] = self.reuse(skills[i], {e.env_id for e in chosen if e is not None})
         return RefreshResult(active=[env for env in chosen if env is not None], requested=requested, valid=valid, tokens=tokens,
-                             edits_requested=edits_requested, edits_valid=edits_valid, duplicates=duplicates)
+                             edits_requested=edits_requested, edits_valid=edits_valid, duplicates=duplicates,
+                             edit_replies=edit_replies)
 
     def fixed(self, step: int, skills: list[str]) -> RefreshResult:
         """Without a designer: this refresh's draw from the fixed pool, stored as seed environments when new."""

@@ -111,6 +111,7 @@ def learning_summary(metrics: list[dict]) -> list[list]:
         ["valid designs, all attempts", rate(lambda m: m["envs_valid"], lambda m: m["envs_requested"])],
         ["valid designs, fresh", rate(lambda m: m["envs_valid"] - m.get("edits_valid", 0), lambda m: m["envs_requested"] - m.get("edits_requested", 0))],
         ["valid designs, edits", rate(lambda m: m.get("edits_valid", 0), lambda m: m.get("edits_requested", 0))],
+        ["valid edits per edit reply (a copy of the parent is drawn again)", rate(lambda m: m.get("edits_valid", 0), lambda m: m.get("edit_replies", 0))],
         ["edits rejected as duplicates", str(sum(m.get("edit_duplicates", 0) for m in steps))],
         ["steps with a group of non-zero variance", f"{len(varied)} of {len(with_groups)}" if with_groups else "-"],
         ["groups with non-zero variance", rate(lambda m: m.get("agent_groups", 0) - (m.get("zero_variance_groups", 0) if "agent_groups" in m else 0),

@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable
 
 from engine.config import Config
+from engine.config_sections import MAX_DRAWS
 from engine.messages import (
     DesignResult,
     DesignTask,
@@ -83,6 +84,8 @@ def _play_problem(result: PlayResult, task: PlayTask, newest_version: int) -> st
 
 
 def _design_problem(result: DesignResult, task: DesignTask) -> str | None:
+    if not 1 <= result.draws <= MAX_DRAWS:
+        return f"its draws {result.draws} is not in [1, {MAX_DRAWS}]"
     for name in ("skill", "passage_id", "attempt"):
         if getattr(result, name) != getattr(task, name):
             return f"its {name} {short_id(str(getattr(result, name)), 40)!r} is not the task's {short_id(str(getattr(task, name)), 40)!r}"

@@ -405,7 +405,7 @@ class Engine:
             zero_variance_groups=zero_groups, dropped_stale=too_stale, envs_requested=refresh.requested,
             envs_valid=refresh.valid, tokens=refresh.tokens + sum(r.tokens_generated for r in plays), seconds=seconds,
             agent_groups=groups, edits_requested=refresh.edits_requested, edits_valid=refresh.edits_valid,
-            duplicates=refresh.duplicates,
+            duplicates=refresh.duplicates, edit_replies=refresh.edit_replies,
         )
         stats = step_metrics(outcome, k=self.k, env_slots=self.config.curriculum.envs_per_step, isolation=self.isolation)
         trained_at = self.target_version

@@ -99,6 +99,8 @@ def test_round_trip_through_toml(tmp_path):
         ("runn.steps=1", r"^unknown config section 'runn' \(known: run, .*\)$"),
         ('run.steps="three"', r"^bad config value: Expected `int`, got `str` - at `run\.steps`$"),
         ("play.max_turns=0", r"^play\.max_turns must be at least 1 \(got 0\)$"),
+        ("play.edit_draws=0", r"^play\.edit_draws must be at least 1 \(got 0\)$"),
+        ("play.edit_draws=17", r"play\.edit_draws <= 16$"),
         ("steps", r"^--set 'steps': expected section\.key=value"),
         ("reward.designer_reward=best", r"^bad config value: Invalid enum value 'best' - at `reward\.designer_reward`$"),
     ],

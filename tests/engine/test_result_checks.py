@@ -71,6 +71,12 @@ def test_a_good_play_and_a_good_design_pass():
     assert _problem(_play(episode_return=-1.0)) is None
 
 
+@pytest.mark.parametrize("draws", [0, -1, 17])
+def test_a_designs_draws_must_be_within_the_cap(draws):
+    assert _problem(_design(draws=draws), DESIGN_TASK) == f"its draws {draws} is not in [1, 16]"
+    assert _problem(_design(draws=16), DESIGN_TASK) is None
+
+
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1.5, -1.01])
 def test_an_episode_return_must_be_finite_and_within_one(value):
     assert "episode return" in _problem(_play(episode_return=value, sample=_sample(reward=0.0)))
