@@ -118,7 +118,9 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_
     two = tmp_path / "two"
     metrics = json.loads((two / "metrics.json").read_text())
     for name in ("loss", "loss_agent", "loss_designer", "grad_norm", "behaviour_weight_mean", "mismatch_k3", "kl_ref"):
-        assert metrics[name] == pytest.approx(single_metrics[name], rel=1e-6, abs=1e-7), name
+        # float32 sums reduced in another order (Adam's division amplifies them before the second
+        # mini-batch): CI saw a relative 1.2e-6 on the loss; a real fault (a wrong mean) is off by far more.
+        assert metrics[name] == pytest.approx(single_metrics[name], rel=1e-5, abs=1e-6), name
     assert metrics["trained_tokens"] == single_metrics["trained_tokens"] and metrics["world_size"] == 2.0
     assert metrics["optimizer_step"] == single_metrics["optimizer_step"] == config.mini_batches
 
