@@ -90,7 +90,7 @@ class PlayConfig(_Section):
     designer_max_tokens: int = 640  # a code edit writes its parent out in full: the easy seeds are about 450-530 tokens
     designer_temperature: float = 0.6
     edit_temperature: float = 1.0  # number edits (a small model at 0.6 copies the old numbers: 46 of 48 times)
-    edit_draws: int = 3  # a number edit's replies at most: one that copies the parent is drawn again (1: never)
+    edit_draws: int = 5  # a number edit's replies at most: one that copies the parent is drawn again (1: never)
     designer_prefill: str = "```python\nimport random\nimport re\n\n\nclass "  # the start of a design reply (a scaffold)
     hint_max_tokens: int = 64
     hint_temperature: float = 0.3
