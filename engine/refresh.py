@@ -10,7 +10,7 @@ skill to write a variant of; an edit that reproduces its parent or any environme
 is rejected as a duplicate, and a valid edit is stored with its `parent_id`. Failed slots are retried with new
 passages (`curriculum.design_attempts`); every attempt is stored, valid or rejected, with the validator's checks,
 and the designer's trajectory beside it. A slot left empty plays an earlier valid environment
-of its skill (`curriculum.reuse_valid_envs`). With `curriculum.use_corpus = false` the designer gets no passage.
+of its skill (`curriculum.reuse_valid_envs`), the one likeliest to give its group variance. With `curriculum.use_corpus = false` the designer gets no passage.
 Without a designer (`curriculum.design = false`) each refresh draws its environments without replacement from the
 fixed pool (`curriculum.fixed_envs`, or the seeds; engine/curriculum.py `pool_draw`).
 
@@ -101,6 +101,12 @@ def designer_trajectory(task: DesignTask, result: DesignResult) -> TrajectoryRec
         step=task.step, seed=0, status="designed" if result.valid else "rejected", failure=result.reason,
         episode_return=0.0, turns=[], sample=result.designer, created_at=time.time(),
     )
+
+
+# Expected unhinted win rates of the seeds by level, for the choice of a failed slot's environment (`reuse`): about
+# the rates a random valid action wins (manifest.json: easy 28-58 %, medium 12-22 %); the hard seeds were never won.
+SEED_LEVEL_WIN_RATES = {"easy": 0.4, "medium": 0.2, "hard": 0.0}
+REUSE_UNKNOWN_WIN_RATE = 0.25
 
 
 class Designs:
@@ -194,16 +200,27 @@ class Designs:
         return ""
 
     def reuse(self, skill: str, taken: set[str]) -> ActiveEnv | None:
-        """An earlier valid environment of this skill not already active: the newest designed one, else one of its
-        seeds drawn at random (the seeds come in graded levels: actors/seeds/manifest.json), else any seed."""
+        """An earlier valid environment of this skill not already active (else any seed): the one whose group of plays
+        is likeliest to have variance, the highest p(1 - p) for its expected win rate p. A designed environment's p is
+        its win rate in memory (its refresh's unhinted plays), a seed's its level's (actors/seeds/manifest.json), and
+        p is REUSE_UNKNOWN_WIN_RATE when neither is known. Ties: the newest designed one, then a seed at random."""
         valid = [e for e in self.store.environments() if e.valid and e.env_id not in taken and e.env_id not in self.retired]
         candidates = [e for e in valid if e.skill == skill] or [e for e in valid if e.source == "seed"]
         if not candidates:
             return None
-        designed = [e for e in candidates if e.source == "designed"]
-        if designed:
-            return ActiveEnv.of(max(designed, key=lambda e: (e.step_created, e.env_id)), designed_now=False)
-        return ActiveEnv.of(self.rng.choice(sorted(candidates, key=lambda e: e.env_id)), designed_now=False)
+        remembered = {m.env_id: m.win_rate for m in self.store.memory() if m.source == "designed"}
+        levels = {f"seed-{s.name}": s.level for s in self.seeds}
+
+        def expected_win_rate(env: EnvironmentRecord) -> float:
+            if env.source == "seed":
+                return SEED_LEVEL_WIN_RATES.get(levels.get(env.env_id, ""), REUSE_UNKNOWN_WIN_RATE)
+            return remembered.get(env.env_id, REUSE_UNKNOWN_WIN_RATE)
+
+        def rank(env: EnvironmentRecord) -> tuple:
+            p = expected_win_rate(env)
+            return (round(p * (1 - p), 6), env.source == "designed", env.step_created, self.rng.random())
+
+        return ActiveEnv.of(max(sorted(candidates, key=lambda e: e.env_id), key=rank), designed_now=False)
 
     async def refresh(self, step: int, run_tasks: RunTasks) -> RefreshResult:
         c = self.config.curriculum

@@ -137,6 +137,27 @@ def test_reuse_takes_the_newest_designed_of_the_skill_then_its_seeds_then_any_se
     store.close()
 
 
+def test_reuse_prefers_the_environment_likeliest_to_give_its_group_variance(tmp_path):
+    designs, store = _designs(tmp_path)
+    designs.seeds = [SeedEnvironment(name=n, skill="A", code="class XEnv: ...", hint="h", level=n.split("_")[1])
+                     for n in ("a_hard", "a_easy", "a_medium")]
+    with store.batch() as batch:
+        for record in (_env("lost", "A", step=4), _env("won", "A", step=2),
+                       *(_env(f"seed-{s.name}", "A", source="seed", step=-1) for s in designs.seeds)):
+            batch.put_environment(record)
+        for env_id, rate in (("lost", 0.0), ("won", 0.5)):
+            batch.put_memory(MemoryRecord(env_id=env_id, skill="A", name="XEnv", code="", win_rate=rate, regret=0.0,
+                                          step=0, source="designed"))
+    picks, taken = [], set()
+    while (env := designs.reuse("A", taken)) is not None:
+        picks.append(env.env_id)
+        taken.add(env.env_id)
+    # p(1 - p): 0.25 (won at 0.5), 0.24 (easy, 0.4), 0.16 (medium, 0.2); a designed game never won and a hard seed: 0,
+    # the newest designed one first
+    assert picks == ["won", "seed-a_easy", "seed-a_medium", "lost", "seed-a_hard"]
+    store.close()
+
+
 class Workers:
     """Scripted workers: each design task's verdict by task id ("valid", "rejected" or "failed"); rejected otherwise."""
 
