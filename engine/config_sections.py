@@ -38,9 +38,9 @@ class EvalConfig(Section):
             raise ValueError("eval.every and eval.max_tokens must be >= 0 and eval.episodes >= 1")
 
 
-# The Reasoning-Gym datasets of the default RLVE run: ones with a difficulty curriculum, across the four families.
 MAX_DRAWS = 16  # play.edit_draws at most (and a DesignResult's draws: engine/result_checks.py)
 
+# The Reasoning-Gym datasets of the default RLVE run: ones with a difficulty curriculum, across the four families.
 RLVE_TASKS = [
     "basic_arithmetic", "chain_sum", "gcd", "lcm", "prime_factorization", "fraction_simplification", "leg_counting",
     "number_sorting", "spell_backward", "letter_counting", "word_sorting", "base_conversion", "count_bits",

@@ -9,8 +9,9 @@ probability `curriculum.edit_share` (beyond the reference), an edit task: one re
 skill to write a variant of; an edit that reproduces its parent or any environment in memory (`code_fingerprint`)
 is rejected as a duplicate, and a valid edit is stored with its `parent_id`. Failed slots are retried with new
 passages (`curriculum.design_attempts`); every attempt is stored, valid or rejected, with the validator's checks,
-and the designer's trajectory beside it. A slot left empty plays an earlier valid environment
-of its skill (`curriculum.reuse_valid_envs`), the one likeliest to give its group variance. With `curriculum.use_corpus = false` the designer gets no passage.
+and the designer's trajectory beside it. A slot left empty plays an earlier valid environment of its skill
+(`curriculum.reuse_valid_envs`), the one likeliest to give its group variance. With `curriculum.use_corpus = false`
+the designer gets no passage.
 Without a designer (`curriculum.design = false`) each refresh draws its environments without replacement from the
 fixed pool (`curriculum.fixed_envs`, or the seeds; engine/curriculum.py `pool_draw`).
 
