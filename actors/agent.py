@@ -18,7 +18,7 @@ from actors.chat import ChatContext
 from actors.parsing import parse_action
 from actors.prompts import agent_first_message
 from actors.sandbox import EpisodeFailed
-from engine.messages import PlayResult, PlayTask, TurnRecord
+from engine.protocol.messages import PlayResult, PlayTask, TurnRecord
 
 
 def episode_return(last_reward: float, terminated: bool) -> float:

@@ -14,8 +14,8 @@ stop token the model already produced.
 from __future__ import annotations
 
 from actors.inference.base import Generation, GenerationRequest, RequestRole
-from engine.messages import Arm, Role, Sample
-from engine.messages import pack_floats, pack_ints, pack_mask
+from engine.protocol.messages import Arm, Role, Sample
+from engine.protocol.messages import pack_floats, pack_ints, pack_mask
 
 
 class ChatContext:

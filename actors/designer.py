@@ -11,7 +11,7 @@
    the code alone (up to `play.hint_attempts` calls, backing off after a call that raised; an empty hint is a
    failed call too), then check in the sandbox that the hint never appears in an observation. A design whose
    hint calls all failed stays valid with no hint: the engine gives it no hinted plays and regret 0.
-`play.quality_checks = false` validates as the reference does (engine/config.py; actors/sandbox/validator.py).
+`play.quality_checks = false` validates as the reference does (engine/protocol/config.py; actors/sandbox/validator.py).
 The designer's tokens come back as a training sample whose reward the engine fills in k steps later.
 """
 
@@ -35,8 +35,8 @@ from actors.prompts import (
 )
 from actors.tool_use import prompts as tool_prompts  # the tool-use setting's designer and hint prompts
 from actors.sandbox import validate_environment
-from engine.contract import code_fingerprint
-from engine.messages import DesignResult, DesignTask
+from engine.protocol.contract import code_fingerprint
+from engine.protocol.messages import DesignResult, DesignTask
 
 # Validation plays up to the reference's turn cap; during training the pool caps episodes at play.max_turns.
 VALIDATION_MAX_TURNS = 25

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import zlib
 
-from engine.messages import DesignTask
+from engine.protocol.messages import DesignTask
 
 DESIGNER_SYSTEM = (
     "You design interactive, multi-turn text games as Python programs. Each game is a complete environment "

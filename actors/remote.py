@@ -4,7 +4,7 @@
     folder = await fetcher.fetch(version)              # cache_dir/vNNNNNN, every file checked against its sha256
     joined = await join_remote(sock, fetcher, ...)     # before the hello: config, base model, current policy
 
-The engine (engine/policy_transfer.py) answers a manifest per version (files, sizes, sha256, chunk size) and the
+The engine (engine/peers/policy_transfer.py) answers a manifest per version (files, sizes, sha256, chunk size) and the
 files chunk by chunk; the fetcher keeps `WINDOW` chunk requests in flight, writes each chunk at its offset into
 `cache_dir/.partial-vNNNNNN/`, and renames the folder into place once every file matches its checksum. It
 resumes: a partial file continues from its size (after a dropped reply, a lost connection, or a restart of the
@@ -25,8 +25,8 @@ from pathlib import Path
 import msgspec
 import trio
 
-from engine.errors import RunFailed
-from engine.messages import (
+from engine.protocol.errors import RunFailed
+from engine.protocol.messages import (
     FetchChunk,
     FetchFailed,
     FetchManifest,
@@ -36,7 +36,7 @@ from engine.messages import (
     PolicyManifest,
     RunInfo,
 )
-from engine.transport import ProtocolError
+from engine.protocol.transport import ProtocolError
 
 WINDOW = 4  # chunk requests in flight
 TIMEOUT_S = 20.0  # no reply for this long: ask again for what is outstanding

@@ -16,7 +16,7 @@ import traceback
 
 from actors.designer import VALIDATION_MAX_TURNS
 from actors.sandbox import open_sandbox_pool, validate_environment
-from engine.messages import TaskFailed, ValidateResult, ValidateTask
+from engine.protocol.messages import TaskFailed, ValidateResult, ValidateTask
 
 
 async def revalidate(task: ValidateTask, *, pool, config, worker_id: str) -> ValidateResult:

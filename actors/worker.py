@@ -28,17 +28,17 @@ import trio
 import zmq
 
 from actors.remote import PolicyFetcher, PolicyFollower, join_remote, wants_fetch
-from engine.config import read_config_file
-from engine.errors import InputError, RunFailed, SpadeError, leaf_exceptions
-from engine.keys import (
+from engine.protocol.config import read_config_file
+from engine.protocol.errors import InputError, RunFailed, SpadeError, leaf_exceptions
+from engine.protocol.keys import (
     WORKER_FILE,
     WorkerKey,
     key_is_private,
     needs_keys,
     read_worker_key,
 )
-from engine.lifeline import cancel_on_sigterm, cancel_when_engine_gone, engine_pid
-from engine.messages import (
+from engine.protocol.lifeline import cancel_on_sigterm, cancel_when_engine_gone, engine_pid
+from engine.protocol.messages import (
     REASONING_GYM_PREFIX,
     DesignTask,
     EngineToWorker,
@@ -55,8 +55,8 @@ from engine.messages import (
     WorkerBye,
     WorkerHello,
 )
-from engine.paths import RunPaths, connect_address
-from engine.transport import ProtocolError, open_socket
+from engine.protocol.paths import RunPaths, connect_address
+from engine.protocol.transport import ProtocolError, open_socket
 
 
 class NoEngine(RunFailed):

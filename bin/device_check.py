@@ -80,7 +80,7 @@ def measure_generation(backend, batch_sizes, prompt_len, new_tokens, vocab) -> d
 
 
 def make_samples(rows: int, length: int, vocab: int, seed: int = 0):
-    from engine.messages import Sample, pack_floats, pack_ints, pack_mask
+    from engine.protocol.messages import Sample, pack_floats, pack_ints, pack_mask
 
     rng = np.random.default_rng(seed)
     prompt = length // 2
@@ -104,7 +104,7 @@ def measure_training(trainer, samples, rounds: int) -> tuple[float, dict]:
         metrics = trainer.update(samples)
         _sync()
         times.append(time.perf_counter() - started)
-    from engine.messages import unpack_ints
+    from engine.protocol.messages import unpack_ints
 
     tokens = sum(len(unpack_ints(s.tokens)) for s in samples)
     return tokens / statistics.mean(times), metrics
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: checks that every step runs")
     args = parser.parse_args(argv)
     from actors.inference.hf import TransformersBackend
-    from engine.config import LearnerConfig
+    from engine.protocol.config import LearnerConfig
     from learner.distributed import Distributed
     from learner.trainer import Trainer
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import msgspec
 
-from engine.errors import InputError
-from engine.messages import PlayResult, Sample, unpack_ints
+from engine.protocol.errors import InputError
+from engine.protocol.messages import PlayResult, Sample, unpack_ints
 from engine.rewards import group_advantages, returns_by_group
 from storage.records import BatchEntry, BatchRecord
 from storage.store import Store, trajectory_key

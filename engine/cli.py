@@ -13,7 +13,7 @@
     bin/spade-engine report RUN_DIR                plots and tables of a run in RUN_DIR/report.html
 
 Imports stay light until a subcommand needs more, so `--help` answers at once. Everything a user can cause is a
-`SpadeError` (engine/errors.py), caught here alone: one line `error: ...`, exit 2 for bad input (config, path,
+`SpadeError` (engine/protocol/errors.py), caught here alone: one line `error: ...`, exit 2 for bad input (config, path,
 store, model), 1 for a run that failed; Ctrl-C stops every process of the run and exits 130. Any other exception
 is a bug of ours: its traceback is printed with a line asking for a report. Paths are taken relative to the
 directory the command was started in, and checked before anything is written.
@@ -29,10 +29,10 @@ import sys
 import traceback
 from pathlib import Path
 
-from engine.errors import InputError, SpadeError, UsageError, leaf_exceptions
+from engine.protocol.errors import InputError, SpadeError, UsageError, leaf_exceptions
 
 UNBOUNDED_STEPS = 1_000_000  # run.steps under `up --minutes N` without --steps: the budget ends the run
-from engine.paths import (
+from engine.protocol.paths import (
     BadPath,
     RunPaths,
     check_text_file,
@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _overrides(args) -> list[str]:
     extra = list(args.set)
     if getattr(args, "setting", None) == "tool-use":  # before --set, which may still change the skills
-        from engine.config_sections import TOOL_USE_SKILLS
+        from engine.protocol.config_sections import TOOL_USE_SKILLS
 
         extra[:0] = ['curriculum.setting="tool_use"', f"curriculum.skills={json.dumps(TOOL_USE_SKILLS)}"]
     if args.steps is not None:
@@ -157,9 +157,9 @@ def _resolve_paths(config) -> None:
 
 
 def cmd_up(args) -> int:
-    from engine.config import dump_config, load_config
+    from engine.protocol.config import dump_config, load_config
     from engine.curriculum import load_corpus
-    from engine.models import ModelError, check_model_folder, ensure_default_model
+    from engine.tools.models import ModelError, check_model_folder, ensure_default_model
 
     if args.resume:
         return _resume(args)
@@ -227,7 +227,7 @@ def _check_resumable(paths: RunPaths) -> None:
 
 
 def _resume(args) -> int:
-    from engine.config import dump_config, read_config_file
+    from engine.protocol.config import dump_config, read_config_file
 
     if args.config or args.model or args.corpus or args.run_dir or args.preset != "default":
         raise UsageError("--resume keeps the run's own config: only --steps, --minutes and --set may change it")
@@ -249,10 +249,10 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
     """Run the engine to the end; the caller holds the run directory's engine lock."""
     import trio
 
-    from engine.live import LiveView
+    from engine.metrics.live import LiveView
     from engine.run import Engine
-    from engine.summary import print_summary
-    from engine.transport import PeerGone
+    from engine.tools.summary import print_summary
+    from engine.protocol.transport import PeerGone
 
     view = LiveView(config.run.steps, enabled=None if live else False, minutes=config.run.minutes)
     engine = Engine(config, paths, seeds, view=view)
@@ -298,7 +298,7 @@ def cmd_play(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from engine.report import write_report
+    from engine.tools.report import write_report
 
     paths = _run_dir(args.run_dir)
     out = user_path(args.out) if args.out else paths.report
@@ -325,7 +325,7 @@ def cmd_replay(args) -> int:
         args.export = str(out)
         return replay.export_main(args)
     if args.rescore:
-        from engine.config import read_config_file
+        from engine.protocol.config import read_config_file
 
         bad = [s for s in args.set if not s.startswith(("reward.", "play."))]
         if bad:
@@ -347,7 +347,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from engine.inspector import inspect_main
+    from engine.tools.inspector import inspect_main
 
     return inspect_main(_run_dir(args.run_dir), args)
 
@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             return worker_main(argv[1:], prog="spade-engine worker")
         if argv[:1] == ["eval"]:
             from actors.evaluation.cli import main as eval_main
-            from engine.models import ensure_default_model
+            from engine.tools.models import ensure_default_model
 
             return eval_main(argv[1:], prog="spade-engine eval", default_model=lambda: str(ensure_default_model()))
         parser = build_parser()

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import msgspec
 
-from engine.contract import env_class_name
-from engine.errors import InputError
+from engine.protocol.contract import env_class_name
+from engine.protocol.errors import InputError
 from storage.records import EnvironmentRecord
 
 REPO = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from collections import defaultdict
 import msgspec
 
 from engine.feedback import DesignerReward
-from engine.messages import Sample
+from engine.protocol.messages import Sample
 from storage.records import RunState
 from storage.store import Store, trajectory_key
 

@@ -1,4 +1,4 @@
-"""In-loop evaluation during `up` (`[eval]`, engine/config_sections.py): every `eval.every` policy versions, and
+"""In-loop evaluation during `up` (`[eval]`, engine/protocol/config_sections.py): every `eval.every` policy versions, and
 once more for the final one, the workers play a probe set with the newest policy.
 
     evaluation = InLoopEval(config, paths, seeds)
@@ -8,7 +8,7 @@ once more for the final one, the workers play a probe set with the newest policy
 
 The engine cannot run inference, so an evaluation is a list of ordinary PlayTasks sent through the dispatcher like
 the training plays: the environments of `eval.path` (suite "envs"; win = return > 0) or Reasoning-Gym rg-hard
-problems (suite "rg-hard"; the task carries the problem, engine/messages.py `ReasoningGymTask`; win = score >= 1).
+problems (suite "rg-hard"; the task carries the problem, engine/protocol/messages.py `ReasoningGymTask`; win = score >= 1).
 Their task ids start with "eval-" and their results are never stored as trajectories, never given an advantage
 and never put in a batch: they only become one row of metrics.jsonl, {"eval": {...}, "eval_policy_version": v},
 which has no "step" key, so no reader of the training rows takes it for one, and the report's Evaluation table.
@@ -24,17 +24,17 @@ from pathlib import Path
 
 import trio
 
-from engine.config import Config
+from engine.protocol.config import Config
 from engine.curriculum import REPO, SeedEnvironment, load_environment_folder
-from engine.messages import (
+from engine.protocol.messages import (
     PlayResult,
     PlayTask,
     ReasoningGymTask,
     encode_reasoning_gym_task,
     unpack_ints,
 )
-from engine.paths import RunPaths
-from engine.stats import wilson
+from engine.protocol.paths import RunPaths
+from engine.protocol.stats import wilson
 
 RG_HARD = REPO / "actors" / "evaluation" / "data" / "reasoning_gym_hard.json"
 

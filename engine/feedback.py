@@ -19,9 +19,9 @@ from collections import defaultdict
 
 import msgspec
 
-from engine.config import CurriculumConfig, RewardConfig
+from engine.protocol.config import CurriculumConfig, RewardConfig
 from engine.curriculum import ActiveEnv
-from engine.messages import PlayResult, Sample
+from engine.protocol.messages import PlayResult, Sample
 from engine.plays import hung
 from engine.rewards import (
     designer_advantages,

@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 import zlib
 
-from engine.config import Config
+from engine.protocol.config import Config
 from engine.curriculum import ActiveEnv
-from engine.messages import PlayResult, PlayTask
+from engine.protocol.messages import PlayResult, PlayTask
 from storage.records import TrajectoryRecord
 from storage.store import Store
 

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import msgspec
 
-from engine.config import Config
-from engine.contract import code_fingerprint, env_class_name
+from engine.protocol.config import Config
+from engine.protocol.contract import code_fingerprint, env_class_name
 from engine.curriculum import (
     ActiveEnv,
     Passage,
@@ -45,7 +45,7 @@ from engine.curriculum import (
     slot_skills,
     truncate_words,
 )
-from engine.messages import DesignResult, DesignTask, MemoryExample, PlayResult, TaskFailed
+from engine.protocol.messages import DesignResult, DesignTask, MemoryExample, PlayResult, TaskFailed
 from engine.plays import hung
 from engine.revalidate import revalidate_designs
 from engine.rlve import rlve_refresh

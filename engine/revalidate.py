@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import msgspec
 
-from engine.config import Config
-from engine.messages import DesignResult, DesignTask, TaskFailed, ValidateResult, ValidateTask
-from engine.transport import short_id
+from engine.protocol.config import Config
+from engine.protocol.messages import DesignResult, DesignTask, TaskFailed, ValidateResult, ValidateTask
+from engine.protocol.transport import short_id
 
 CHECK = "revalidation"
 REASON_CHARS = 2000

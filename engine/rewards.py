@@ -20,7 +20,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from engine.config import RewardConfig
+from engine.protocol.config import RewardConfig
 
 
 def group_advantages(rewards: Sequence[float]) -> list[float]:

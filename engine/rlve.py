@@ -18,7 +18,7 @@ sandbox cannot import; the model's answers, which some scorers `eval`, are score
 process. Each refresh (every step under the preset) draws `curriculum.envs_per_step` tasks without replacement
 across refreshes, and for each one difficulty from its window and one problem: every play of that environment at
 the step is the same problem (a GRPO group over one problem, as in RLVE). The environment is stored like a seed
-(source "seed", code = the problem's `ReasoningGymTask`, engine/messages.py), so its plays, advantages, batches,
+(source "seed", code = the problem's `ReasoningGymTask`, engine/protocol/messages.py), so its plays, advantages, batches,
 resume and report are the self-play engine's own.
 
 Resume: the controller's state and the first step whose plays it has not counted yet are in the run state
@@ -35,9 +35,9 @@ import time
 
 import msgspec
 
-from engine.config import Config, RlveConfig
+from engine.protocol.config import Config, RlveConfig
 from engine.curriculum import REPO, ActiveEnv, pool_draw
-from engine.messages import ReasoningGymTask, decode_reasoning_gym_task, encode_reasoning_gym_task
+from engine.protocol.messages import ReasoningGymTask, decode_reasoning_gym_task, encode_reasoning_gym_task
 from storage.records import EnvironmentRecord
 from storage.store import Store
 

@@ -14,7 +14,7 @@ Each step s (0-based):
 5. close the k-step window of the environments made at s + 1 - k: their designer rewards, due at s + 1; after
    a refresh step, update the environment memory (engine/feedback.py).
 A last batch of designer samples whose reward falls due after the final step is flushed at the end, as the
-reference does. Metrics go to `metrics.jsonl` (engine/metrics.py) as each update lands.
+reference does. Metrics go to `metrics.jsonl` (engine/metrics/steps.py) as each update lands.
 
 Policy versions: the learner publishes `policy_version`; batch i is trained by version i and makes i + 1, so
 `target_version` (the batches sent) is where the learner will be once it has trained them all, and step s's
@@ -37,16 +37,16 @@ from engine.batches import (
     drop_stale,
     stored_batch_samples,
 )
-from engine.config import Config
+from engine.protocol.config import Config
 from engine.curriculum import ActiveEnv, PassageSampler, SeedEnvironment, load_corpus
 from engine.designer_queue import DesignerQueue
-from engine.bus import Bus
-from engine.dispatch import Dispatcher, WorkerState
+from engine.peers.bus import Bus
+from engine.peers.dispatch import Dispatcher, WorkerState
 from engine.evaluation import InLoopEval
-from engine.errors import RunFailed
+from engine.protocol.errors import RunFailed
 from engine.feedback import close_window, update_memory
-from engine.live import LiveView
-from engine.messages import (
+from engine.metrics.live import LiveView
+from engine.protocol.messages import (
     DesignResult,
     FetchChunk,
     FetchManifest,
@@ -67,16 +67,16 @@ from engine.messages import (
     WorkerHello,
     ValidateResult,
 )
-from engine.curriculum_metrics import curriculum_metrics
-from engine.metrics import MetricsLog, StepOutcome, step_metrics, window_share
-from engine.paths import RunPaths
+from engine.metrics.curriculum_signals import curriculum_metrics
+from engine.metrics.steps import MetricsLog, StepOutcome, step_metrics, window_share
+from engine.protocol.paths import RunPaths
 from engine.plays import play_tasks, store_plays
-from engine.policy_transfer import PolicyServer
-from engine.processes import Child, ChildFailed, learner_child, supervise, worker_child
+from engine.peers.policy_transfer import PolicyServer
+from engine.peers.processes import Child, ChildFailed, learner_child, supervise, worker_child
 from engine.refresh import Designs, RefreshResult
-from engine.result_checks import ResultGate
-from engine.transport import MessageSocket, ProtocolError, short_id
-from engine.trackers import log_to_trackers
+from engine.peers.result_checks import ResultGate
+from engine.protocol.transport import MessageSocket, ProtocolError, short_id
+from engine.metrics.trackers import log_to_trackers
 from storage.records import RunState
 from storage.store import Store
 
@@ -114,7 +114,7 @@ class Engine:
         self.worker_sock: MessageSocket | None = None
         self.learner_sock: MessageSocket | None = None
         self.dispatcher: Dispatcher | None = None
-        self.bus = Bus(config, paths, view)  # sockets, keys, counters, rate-limited warnings (engine/bus.py)
+        self.bus = Bus(config, paths, view)  # sockets, keys, counters, rate-limited warnings (engine/peers/bus.py)
         self.result_gate = ResultGate.for_run(config, paths, view.line)  # checks every worker result (vocab_size read once)
         self.policy_server: PolicyServer | None = None
         self._progress = {"label": "", "done": 0, "total": 0}
@@ -134,7 +134,7 @@ class Engine:
             except ProtocolError as exc:
                 self.bus.warnings.warn("malformed worker message", f"ignored a malformed message from {short_id(exc.ident)} on the worker socket: {exc}")
                 continue
-            if self.dispatcher.banned(ident):  # it sent results for tasks not leased to it (engine/leases.py)
+            if self.dispatcher.banned(ident):  # it sent results for tasks not leased to it (engine/peers/leases.py)
                 continue
             match message:
                 case WorkerHello():
@@ -167,7 +167,7 @@ class Engine:
     def _complete(self, ident: bytes, message: DesignResult | PlayResult | ValidateResult | TaskFailed) -> None:
         warn = self.bus.warnings.warn
         if not isinstance(message, TaskFailed) and self.dispatcher.holds_lease(ident, message.task_id):
-            # The values, and that it answers its task (engine/result_checks.py); a rejected one is a failed task.
+            # The values, and that it answers its task (engine/peers/result_checks.py); a rejected one is a failed task.
             message, drop = self.result_gate.screen(ident, message, self.dispatcher, self.policy_version)
             if drop:  # after the dispatcher took the failure, so the task is requeued once
                 self.dispatcher.complete(ident, message)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from learner.trainer import Trainer
 
 STATE_FILE = "trainer_state.pt"
-SUMMARY_FILE = "checkpoint.json"  # engine/paths.py reads it: keep the two names in step
+SUMMARY_FILE = "checkpoint.json"  # engine/protocol/paths.py reads it: keep the two names in step
 ADAPTER_DIR = "adapter"  # inside a LoRA checkpoint
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 FORMAT = 1

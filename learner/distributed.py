@@ -5,7 +5,7 @@
     message = dist.broadcast(message)    # rank 0's object on every rank
     shares = split_by_tokens(lengths, dist.world_size)   # the same deterministic split on every rank
 
-With `learner.world_size = N > 1` the engine runs (engine/processes.py: `learner_command`) `python -m torch.distributed.run --standalone --nproc-per-node N
+With `learner.world_size = N > 1` the engine runs (engine/peers/processes.py: `learner_command`) `python -m torch.distributed.run --standalone --nproc-per-node N
 -m learner.train ...`. The same code runs as N CPU processes over gloo, which is how the tests check it.
 
 Gradients are SUM-reduced (FSDP's divide factor set to 1): the trainer divides each role's loss by the role's token

@@ -19,8 +19,8 @@ effective mask M; `aggregate` turns it into a per-sample mean (the reference: ea
 the mean over sequences) or a token mean per role. With `seq_filter`, a whole sequence
 leaves M when the geometric mean of k over its tokens, exp(mean log k), falls outside [seq_low, seq_high].
 
-The settings are `ObjectiveConfig`, the `[learner.objective]` table of engine/config.py (re-exported here);
-their ranges are checked with the rest of the config (`engine.config.check_config`), not on construction.
+The settings are `ObjectiveConfig`, the `[learner.objective]` table of engine/protocol/config.py (re-exported here);
+their ranges are checked with the rest of the config (`engine.protocol.config.check_config`), not on construction.
 
 On-policy (mu = pi_prox = pi_theta.detach()) every objective equals `plain_grpo_loss` in value and gradient.
 M depends only on proximal, behaviour and the caller's mask, so `effective_mask` gives the per-role token counts
@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from engine.config import OBJECTIVES, ObjectiveConfig  # declared once, as `[learner.objective]`; checked there
+from engine.protocol.config import OBJECTIVES, ObjectiveConfig  # declared once, as `[learner.objective]`; checked there
 
 __all__ = ["OBJECTIVES", "ObjectiveConfig", "aggregate", "effective_mask", "k3", "plain_grpo_loss", "token_losses"]
 

@@ -4,7 +4,7 @@ checkpoints, to compare objectives or settings on the same data.
     bin/spade-engine replay RUN_DIR --train [--steps A:B] [--objective NAME ...] [--set learner.K=V ...] [--out DIR]
     python -m learner.replay --batches OUT/batches.msgpack --out OUT [--objective NAME ...] [--set ...]
 
-The engine side (engine/replay.py `export_train_batches`) reads the store and writes OUT/batches.msgpack: the
+The engine side (engine/tools/replay.py `export_train_batches`) reads the store and writes OUT/batches.msgpack: the
 batches as `TrainBatch`es (samples with the behaviour log-probs, policy versions and advantages of the live run),
 each with the policy version that trained it, and the checkpoint to start from. Here, for each objective (default:
 the run's own, labelled `run`): a `Trainer` is built from the run's config, loads that checkpoint (weights,
@@ -28,14 +28,14 @@ from pathlib import Path
 
 import msgspec
 
-from engine.config import OBJECTIVES, read_config_file
-from engine.errors import InputError, SpadeError
-from engine.messages import TrainBatch
-from engine.paths import RunPaths
+from engine.protocol.config import OBJECTIVES, read_config_file
+from engine.protocol.errors import InputError, SpadeError
+from engine.protocol.messages import TrainBatch
+from engine.protocol.paths import RunPaths
 
 
 class ReplayBatches(msgspec.Struct, kw_only=True):
-    """OUT/batches.msgpack as engine/replay.py writes it."""
+    """OUT/batches.msgpack as engine/tools/replay.py writes it."""
 
     run_dir: str
     model_path: str
@@ -103,7 +103,7 @@ def replay_objective(data: ReplayBatches, config, label: str, overrides: list[st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="learner.replay", description="Train a run's stored batches again (replay --train).")
-    parser.add_argument("--batches", required=True, help="the file engine/replay.py wrote (OUT/batches.msgpack)")
+    parser.add_argument("--batches", required=True, help="the file engine/tools/replay.py wrote (OUT/batches.msgpack)")
     parser.add_argument("--out", required=True, help="where each objective's checkpoint and metrics go")
     parser.add_argument("--objective", action="append", default=[], help=f"run (the run's own) or one of {', '.join(OBJECTIVES)}; repeatable")
     parser.add_argument("--set", action="append", default=[], metavar="learner.KEY=VALUE", help="override a learner setting for the compared updates")

@@ -3,7 +3,7 @@
     python -m learner.train --run-dir RUN_DIR                                        # one process
     python -m torch.distributed.run --standalone --nproc-per-node N -m learner.train --run-dir RUN_DIR
 
-Started by `bin/spade-engine up` (the argv comes from `engine.processes.learner_command`, torchrun when
+Started by `bin/spade-engine up` (the argv comes from `engine.peers.processes.learner_command`, torchrun when
 `learner.world_size > 1`). It loads the run's model, resumes from `run_dir/checkpoints/latest` when that exists
 (announcing the checkpoint's policy version in `LearnerHello`, so the engine resends what came after), says hello
 on the engine's learner socket, and for each `TrainBatch` runs one update (learner/trainer.py), writes policy
@@ -29,11 +29,11 @@ from pathlib import Path
 import trio
 import zmq
 
-from engine.config import Config, read_config_file
-from engine.lifeline import LEARNER_TOKEN_ENV, cancel_on_sigterm, cancel_when_engine_gone, engine_pid
-from engine.messages import EngineToLearner, LearnerFailed, LearnerHello, PolicyPublished, Shutdown, TrainBatch
-from engine.paths import RunPaths
-from engine.transport import open_socket, train_batch_limit
+from engine.protocol.config import Config, read_config_file
+from engine.protocol.lifeline import LEARNER_TOKEN_ENV, cancel_on_sigterm, cancel_when_engine_gone, engine_pid
+from engine.protocol.messages import EngineToLearner, LearnerFailed, LearnerHello, PolicyPublished, Shutdown, TrainBatch
+from engine.protocol.paths import RunPaths
+from engine.protocol.transport import open_socket, train_batch_limit
 
 KEEPALIVE_S = 60.0
 
@@ -96,7 +96,7 @@ async def serve_engine(trainer, paths: RunPaths, config: Config, policy_path: st
         nursery.start_soon(cancel_on_sigterm, nursery.cancel_scope)
         if (pid := engine_pid()) is not None:
             nursery.start_soon(cancel_when_engine_gone, pid, nursery.cancel_scope, "learner")
-        token = os.environ.get(LEARNER_TOKEN_ENV, "")  # the engine's secret: only this hello is taken (engine/auth.py)
+        token = os.environ.get(LEARNER_TOKEN_ENV, "")  # the engine's secret: only this hello is taken (engine/peers/auth.py)
         await sock.send(LearnerHello(pid=os.getpid(), policy_version=trainer.version, policy_path=policy_path, token=token))
         while True:
             message = None
@@ -144,7 +144,7 @@ def run_learner(run_dir: Path) -> None:
         if dist.world_size != config.learner.world_size:
             raise ValueError(
                 f"learner.world_size is {config.learner.world_size} but {dist.world_size} learner process(es) started: "
-                "start the learner with engine.processes.learner_command(python, run_dir, learner.world_size)"
+                "start the learner with engine.peers.processes.learner_command(python, run_dir, learner.world_size)"
             )
         if dist.device_type == "cpu":
             torch.set_num_threads(config.learner.threads or max(1, (os.cpu_count() or 1) // dist.world_size))

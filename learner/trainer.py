@@ -39,13 +39,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.config import LearnerConfig, check_learner
-from engine.messages import Sample
+from engine.protocol.config import LearnerConfig, check_learner
+from engine.protocol.messages import Sample
 from learner import checkpoint, guards
 from learner.distributed import Distributed, refuse_oversize, resolve_device, shard_model, split_by_tokens
 from learner.logprobs import sequence_logprobs
 from learner.objectives import aggregate, token_losses
-from engine.messages import unpack_floats, unpack_ints, unpack_mask
+from engine.protocol.messages import unpack_floats, unpack_ints, unpack_mask
 
 ROLES = ("agent", "designer")
 # Summed over micro-batches and ranks, then turned into the logged means (one all-reduce per update).

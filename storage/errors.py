@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.errors import InputError, RunFailed
+from engine.protocol.errors import InputError, RunFailed
 
 FIX = "restore it from a backup or start a new run"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from engine.messages import MemoryExample
+from engine.protocol.messages import MemoryExample
 from storage.records import MemoryRecord
 
 LEARNABLE_LOW, LEARNABLE_HIGH = 0.15, 0.85

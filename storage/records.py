@@ -1,4 +1,4 @@
-"""Record types stored in LMDB (token arrays inside them are packed as engine/messages.py says).
+"""Record types stored in LMDB (token arrays inside them are packed as engine/protocol/messages.py says).
 
 Every record carries a schema version `v`; a record that does not decode raises `StoredRecordError` naming the
 database and key, so a corrupt or foreign store is reported, not crashed on.
@@ -10,8 +10,8 @@ from typing import Literal
 
 import msgspec
 
-from engine.errors import InputError
-from engine.messages import Arm, Role, Sample, TurnRecord
+from engine.protocol.errors import InputError
+from engine.protocol.messages import Arm, Role, Sample, TurnRecord
 
 SCHEMA_VERSION = 1
 
@@ -37,7 +37,7 @@ class EnvironmentRecord(msgspec.Struct, kw_only=True):
     designer_sample_id: str
     worker_id: str
     created_at: float
-    setting: str = "games"  # games | tool_use (engine.messages.Setting); older stores decode as games
+    setting: str = "games"  # games | tool_use (engine.protocol.messages.Setting); older stores decode as games
     parent_id: str = ""  # an edited design: the env_id of the environment it is a variant of; "": a fresh design
 
 

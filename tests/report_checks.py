@@ -1,4 +1,4 @@
-"""Checks of a written report.html shared by tests/engine/test_report.py and tests/e2e/test_replay_modes.py: every figure
+"""Checks of a written report.html shared by tests/engine/tools/test_report.py and tests/e2e/test_replay_modes.py: every figure
 a decodable, non-blank PNG whose axis labels the page names, and a headless Chromium screenshot of the page."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from actors.evaluation.results import ResultsFile
 from actors.evaluation.runner import ModelRef, Progress, evaluate_model
 from actors.evaluation.suites import SUITES, load_suite
 from actors.evaluation.table import build_table, markdown
-from engine.errors import InputError, SpadeError, leaf_exceptions
+from engine.protocol.errors import InputError, SpadeError, leaf_exceptions
 
 BACKENDS = ("transformers", "vllm", "scripted", "oracle")
 
@@ -98,7 +98,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _config(args):
-    from engine.config import load_config
+    from engine.protocol.config import load_config
 
     overrides = list(args.set)
     if args.backend in ("transformers", "vllm", "scripted"):

@@ -25,7 +25,7 @@ from pathlib import Path
 import msgspec
 import trio
 
-from engine.messages import ReasoningGymTask
+from engine.protocol.messages import ReasoningGymTask
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0

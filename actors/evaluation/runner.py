@@ -24,7 +24,7 @@ from actors.evaluation import scoring
 from actors.evaluation.rg_play import play_problem
 from actors.evaluation.rg_process import ReasoningGymError, ReasoningGymProcess
 from actors.evaluation.suites import Item, Suite
-from engine.messages import PlayTask
+from engine.protocol.messages import PlayTask
 
 
 class ModelRef(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,8 +21,8 @@ from pathlib import Path
 import msgspec
 
 from actors.evaluation import scoring
-from engine.errors import InputError
-from engine.messages import ReasoningGymTask
+from engine.protocol.errors import InputError
+from engine.protocol.messages import ReasoningGymTask
 
 DATA = Path(__file__).resolve().parent / "data"
 RG_HARD_FILE = DATA / "reasoning_gym_hard.json"

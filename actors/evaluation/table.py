@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
-from engine.stats import wilson
+from engine.protocol.stats import wilson
 
 BOOTSTRAP_DRAWS = 2000
 

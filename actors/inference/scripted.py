@@ -15,7 +15,7 @@ import torch
 
 from actors.inference.base import Generation, GenerationRequest
 from actors.inference.hf import TransformersBackend
-from engine.errors import InputError
+from engine.protocol.errors import InputError
 
 ROLES = ("designer", "hint", "agent")
 

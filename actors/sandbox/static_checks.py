@@ -8,7 +8,7 @@ for things an environment has no use for, with a message the designer can act on
 import ast
 
 from actors.sandbox.isolation import ALLOWED_MODULES
-from engine.contract import env_classes
+from engine.protocol.contract import env_classes
 
 # Attributes that only serve to climb out of the namespace an environment is given.
 FORBIDDEN_ATTRIBUTES = frozenset({

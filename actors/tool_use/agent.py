@@ -18,7 +18,7 @@ import time
 from actors.sandbox import EpisodeFailed
 from actors.tool_use.chat import ToolChat
 from actors.tool_use.parsing import REMINDER, parse_reply, tool_specs, visible
-from engine.messages import PlayResult, PlayTask, TurnRecord
+from engine.protocol.messages import PlayResult, PlayTask, TurnRecord
 
 RESULT_CHARS = 4000
 

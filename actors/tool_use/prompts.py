@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import zlib
 
-from engine.messages import DesignTask
+from engine.protocol.messages import DesignTask
 
 DESIGNER_SYSTEM = (
     "You design tool-use environments as Python programs: a simulated backend with a mutable state, the tools (APIs) "

@@ -58,7 +58,7 @@ def staleness_histogram(run_dir: Path) -> dict[str, int]:
     """For every trained agent sample: its batch's version minus the oldest version among its sampled tokens."""
     from collections import Counter
 
-    from engine.messages import unpack_ints
+    from engine.protocol.messages import unpack_ints
     from storage.store import Store
 
     store = Store.open(run_dir / "store", readonly=True)

@@ -3,7 +3,7 @@
 N simulated rollout workers (separate processes, plain pyzmq DEALERs) answer every PlayTask they get with a
 PlayResult whose agent sample is 4-32 KB (300-2,500 tokens; the sample of a task is fixed by its id, so both
 pipelines move the same bytes). Two receivers take the same volume, `--steps` steps of `--tasks` tasks each:
-- engine: the engine's own code: `Engine._receive_workers` on the Bus's ROUTER (engine/transport.py: decode,
+- engine: the engine's own code: `Engine._receive_workers` on the Bus's ROUTER (engine/protocol/transport.py: decode,
   size limits, counters), the dispatcher's credit and leases, `check_sample`, and `store_plays` (one Store batch,
   i.e. one LMDB transaction, per step), under Trio;
 - raw: a blocking pyzmq ROUTER that sends the tasks by the same credit and puts each result's bytes into LMDB as
@@ -35,7 +35,7 @@ import lmdb
 import msgspec
 import zmq
 
-from engine.messages import (
+from engine.protocol.messages import (
     EngineToWorker,
     PlayResult,
     PlayTask,
@@ -103,12 +103,12 @@ def start_workers(address: str, n: int, tag: str) -> list[subprocess.Popen]:
 def run_engine(root: Path, args) -> dict:
     import trio
 
-    from engine.config import dump_config, load_config
-    from engine.dispatch import Dispatcher
-    from engine.live import LiveView
-    from engine.paths import RunPaths
+    from engine.protocol.config import dump_config, load_config
+    from engine.peers.dispatch import Dispatcher
+    from engine.metrics.live import LiveView
+    from engine.protocol.paths import RunPaths
     from engine.plays import store_plays
-    from engine.policy_transfer import PolicyServer
+    from engine.peers.policy_transfer import PolicyServer
     from engine.run import Engine
 
     paths = RunPaths(root)
@@ -120,13 +120,13 @@ def run_engine(root: Path, args) -> dict:
     out: dict = {}
 
     async def main() -> None:
-        async with engine.bus.open() as (worker_sock, learner_sock), trio.open_nursery() as nursery:
+        async with engine.peers.bus.open() as (worker_sock, learner_sock), trio.open_nursery() as nursery:
             engine.worker_sock, engine.learner_sock = worker_sock, learner_sock
             engine.dispatcher = Dispatcher(worker_sock, on_result=lambda result: None)
             engine.policy_server = PolicyServer(paths, worker_sock, engine._run_info)
             await nursery.start(engine.dispatcher.run)
             nursery.start_soon(engine._receive_workers)
-            workers = start_workers(engine.bus.worker_address, args.workers, "e")
+            workers = start_workers(engine.peers.bus.worker_address, args.workers, "e")
             while len(engine.dispatcher.workers) < args.workers:
                 await trio.sleep(0.01)
             started, cpu = time.perf_counter(), time.process_time()
@@ -138,7 +138,7 @@ def run_engine(root: Path, args) -> dict:
             await engine.dispatcher.broadcast(Shutdown())
             for w in workers:
                 await trio.to_thread.run_sync(w.wait)
-            out["counters"] = engine.bus.counters()["workers"]
+            out["counters"] = engine.peers.bus.counters()["workers"]
             nursery.cancel_scope.cancel()
 
     trio.run(main)

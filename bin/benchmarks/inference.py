@@ -47,7 +47,7 @@ def _model_path(name: str, scratch: Path) -> str:
 
         return str(build_tiny_model(scratch / "tiny"))
     if name == "smollm2":
-        from engine.models import ensure_default_model
+        from engine.tools.models import ensure_default_model
 
         return str(ensure_default_model())
     return name
@@ -111,7 +111,7 @@ def main() -> None:
 
     from actors.inference.hf import TransformersBackend
     from actors.inference.vllm import VLLMBackend
-    from engine.config import InferenceConfig
+    from engine.protocol.config import InferenceConfig
 
     torch.set_num_threads(os.cpu_count() or 1)
     with tempfile.TemporaryDirectory() as scratch:

@@ -33,11 +33,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from engine.config import LearnerConfig  # noqa: E402
-from engine.messages import Sample  # noqa: E402
+from engine.protocol.config import LearnerConfig  # noqa: E402
+from engine.protocol.messages import Sample  # noqa: E402
 from learner.tiny_model import build_tiny_model  # noqa: E402
 from learner.trainer import Trainer  # noqa: E402
-from engine.messages import pack_floats, pack_ints, pack_mask  # noqa: E402
+from engine.protocol.messages import pack_floats, pack_ints, pack_mask  # noqa: E402
 
 TARGET = 0.85
 

@@ -7,8 +7,8 @@ import trio
 from actors.agent import episode_return, play_episode
 from actors.inference.base import Generation
 from actors.sandbox import open_sandbox_pool
-from engine.config import PlayConfig
-from engine.messages import PlayTask, unpack_floats, unpack_ints, unpack_mask
+from engine.protocol.config import PlayConfig
+from engine.protocol.messages import PlayTask, unpack_floats, unpack_ints, unpack_mask
 
 PICK = (Path(__file__).parents[1] / "e2e" / "data" / "pick_env.py").read_text()
 RAISES = PICK.replace('        if guess == str(self.target):', '        if guess == "boom":\n            raise ValueError("kaboom")\n        if guess == str(self.target):')

@@ -7,10 +7,10 @@ import trio
 
 from actors.designer import design_environment, write_hint
 from actors.sandbox import open_sandbox_pool
-from engine.contract import code_fingerprint
-from engine.messages import DesignTask, MemoryExample, unpack_ints, unpack_mask
+from engine.protocol.contract import code_fingerprint
+from engine.protocol.messages import DesignTask, MemoryExample, unpack_ints, unpack_mask
 from actors.inference.base import Generation
-from engine.config import PlayConfig
+from engine.protocol.config import PlayConfig
 from tests.actors.test_agent import FakeTokenizer
 
 

@@ -11,7 +11,7 @@ import trio
 import zmq
 
 from actors.remote import FetchError, PolicyFetcher, PolicyFollower
-from engine.messages import (
+from engine.protocol.messages import (
     EngineToWorker,
     FetchChunk,
     FetchManifest,
@@ -19,9 +19,9 @@ from engine.messages import (
     PolicyManifest,
     WorkerToEngine,
 )
-from engine.paths import RunPaths
-from engine.policy_transfer import CHUNK_BYTES, PolicyServer
-from engine.transport import open_socket
+from engine.protocol.paths import RunPaths
+from engine.peers.policy_transfer import CHUNK_BYTES, PolicyServer
+from engine.protocol.transport import open_socket
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -167,7 +167,7 @@ def test_the_follower_holds_new_tasks_until_the_announced_version_is_loaded(run,
 
 def test_a_peer_that_asks_and_never_reads_gets_only_a_window_of_chunks(run, tmp_path):
     """Chunks go out on credit: without returning the tickets it was sent, a peer gets WINDOW chunks, no more."""
-    from engine.policy_transfer import WINDOW
+    from engine.peers.policy_transfer import WINDOW
 
     paths, *_ = run
 

@@ -6,8 +6,8 @@ import trio
 
 from actors.revalidate import revalidate
 from actors.sandbox import open_sandbox_pool
-from engine.config import load_config
-from engine.messages import ValidateTask
+from engine.protocol.config import load_config
+from engine.protocol.messages import ValidateTask
 
 PICK = (Path(__file__).parents[1] / "e2e" / "data" / "pick_env.py").read_text()
 

@@ -27,7 +27,7 @@ def _read(run_dir):
 def _designer_prompts(tiny_model_path, trajectories) -> list[str]:
     from transformers import AutoTokenizer
 
-    from engine.messages import unpack_ints, unpack_mask
+    from engine.protocol.messages import unpack_ints, unpack_mask
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     prompts = []

@@ -1,8 +1,8 @@
 """End to end: a peer that lies changes nothing that is trained or loaded, and the run stays resumable.
 
 A forged rollout worker (a DEALER driven from the test) joins a scripted `up` run like a worker and answers the
-plays it is handed with a NaN return and with a token id outside the model's vocabulary (engine/result_checks.py);
-a forged learner sends `PolicyPublished` on the run's learner socket (engine/auth.py's learner gate).
+plays it is handed with a NaN return and with a token id outside the model's vocabulary (engine/peers/result_checks.py);
+a forged learner sends `PolicyPublished` on the run's learner socket (engine/peers/auth.py's learner gate).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import zmq
 
 from engine.batches import stored_batch_samples
-from engine.messages import (
+from engine.protocol.messages import (
     DesignTask,
     EngineToWorker,
     PlayResult,
@@ -41,7 +41,7 @@ from engine.messages import (
     unpack_ints,
     unpack_mask,
 )
-from engine.paths import RunPaths
+from engine.protocol.paths import RunPaths
 from storage.store import Store
 from tests.e2e.test_up import _script, _up_command, processes  # noqa: F401 (the fixture)
 
@@ -166,7 +166,7 @@ def test_a_worker_that_sends_nan_and_out_of_range_tokens_changes_nothing_trained
 
 def test_a_forged_policy_published_changes_nothing(tiny_model_path, tmp_path, processes):  # noqa: F811
     """A DEALER that is not the engine's learner sends PolicyPublished for a version 99 at a real model folder: the
-    workers never load it, the store and the metrics never see it (the learner's identity: engine/auth.py)."""
+    workers never load it, the store and the metrics never see it (the learner's identity: engine/peers/auth.py)."""
     run_dir = tmp_path / "run"
     evil = tmp_path / "evil-policy"
     shutil.copytree(tiny_model_path, evil)

@@ -17,7 +17,7 @@ import msgspec
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from engine.messages import (
+from engine.protocol.messages import (
     Heartbeat,
     LearnerFailed,
     LearnerHello,
@@ -35,7 +35,7 @@ from engine.messages import (
     pack_ints,
     pack_mask,
 )
-from engine.paths import RunPaths
+from engine.protocol.paths import RunPaths
 from storage.store import Store
 from tests.e2e.test_up import _script, _up_command, processes  # noqa: F401 (processes: the fixture)
 

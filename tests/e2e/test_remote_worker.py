@@ -21,8 +21,8 @@ import msgspec
 import pytest
 import zmq
 
-from engine.keys import apply_client, ensure_run_keys, read_worker_key
-from engine.messages import (
+from engine.protocol.keys import apply_client, ensure_run_keys, read_worker_key
+from engine.protocol.messages import (
     EngineToWorker,
     Heartbeat,
     HelloAgain,
@@ -30,7 +30,7 @@ from engine.messages import (
     unpack_ints,
     unpack_mask,
 )
-from engine.paths import RunPaths
+from engine.protocol.paths import RunPaths
 from storage.store import Store
 from tests.e2e.test_up import _script, _up_command, processes  # noqa: F401 (processes: the fixture)
 

@@ -133,7 +133,7 @@ def test_replay_train_refuses_steps_it_does_not_have(run_dir, tmp_path):
 
 
 def test_export_round_trips_every_field(run_dir, tmp_path):
-    from engine.export import KINDS, record_from_row
+    from engine.tools.export import KINDS, record_from_row
 
     out = tmp_path / "run.jsonl"
     assert cli("replay", run_dir, "--export", out).returncode == 0

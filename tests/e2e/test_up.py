@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.messages import unpack_ints, unpack_mask
+from engine.protocol.messages import unpack_ints, unpack_mask
 from storage.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -249,8 +249,8 @@ def test_an_extra_worker_attaches_to_a_running_engine(tiny_model_path, tmp_path,
 
 
 def test_a_worker_without_an_engine_says_so(tiny_model_path, tmp_path):
-    from engine.config import dump_config, load_config
-    from engine.paths import RunPaths
+    from engine.protocol.config import dump_config, load_config
+    from engine.protocol.paths import RunPaths
 
     paths = RunPaths(tmp_path / "run")
     paths.root.mkdir()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from engine.config import dump_config, load_config
-from engine.messages import Sample, TurnRecord, pack_floats, pack_ints, pack_mask
-from engine.paths import RunPaths
+from engine.protocol.config import dump_config, load_config
+from engine.protocol.messages import Sample, TurnRecord, pack_floats, pack_ints, pack_mask
+from engine.protocol.paths import RunPaths
 from storage.records import (
     BatchEntry,
     BatchRecord,

@@ -4,8 +4,8 @@ import msgspec
 import pytest
 
 from engine.batches import MissingTrajectory, agent_samples, batch_record, drop_stale, stored_batch_samples
-from engine.errors import InputError
-from engine.messages import PlayResult, Sample, pack_floats, pack_ints, pack_mask
+from engine.protocol.errors import InputError
+from engine.protocol.messages import PlayResult, Sample, pack_floats, pack_ints, pack_mask
 from storage.records import BatchEntry, BatchRecord, TrajectoryRecord
 from storage.store import Store, trajectory_key
 from tests.engine.test_feedback import _sample

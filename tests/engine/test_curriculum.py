@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from engine.contract import env_class_name
+from engine.protocol.contract import env_class_name
 from engine.curriculum import (
     SKILL_DESCRIPTIONS,
     CorpusError,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-from engine.config import load_config
+from engine.protocol.config import load_config
 from engine.curriculum import load_seeds
 from engine.evaluation import InLoopEval, append_row, eval_row, eval_tasks
-from engine.messages import PlayResult, Sample, TaskFailed, decode_reasoning_gym_task, pack_ints
-from engine.metrics import MetricsLog
-from engine.paths import RunPaths
+from engine.protocol.messages import PlayResult, Sample, TaskFailed, decode_reasoning_gym_task, pack_ints
+from engine.metrics.steps import MetricsLog
+from engine.protocol.paths import RunPaths
 
 
 def test_envs_suite_plays_every_probe_env_with_the_same_seeds_at_every_version():

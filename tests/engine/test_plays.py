@@ -1,6 +1,6 @@
-from engine.config import load_config
+from engine.protocol.config import load_config
 from engine.curriculum import ActiveEnv
-from engine.messages import PlayResult, TaskFailed, TurnRecord
+from engine.protocol.messages import PlayResult, TaskFailed, TurnRecord
 from engine.plays import play_tasks, store_plays
 from storage.store import Store, trajectory_key
 from tests.engine.test_feedback import _sample

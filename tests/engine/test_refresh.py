@@ -3,9 +3,9 @@ import random
 import msgspec
 import trio
 
-from engine.config import load_config
+from engine.protocol.config import load_config
 from engine.curriculum import Passage, PassageSampler, SeedEnvironment
-from engine.messages import DesignResult, DesignTask, TaskFailed
+from engine.protocol.messages import DesignResult, DesignTask, TaskFailed
 from engine.refresh import Designs, design_id, design_record, designer_trajectory
 from storage.records import EnvironmentRecord, MemoryRecord
 from storage.store import Store, trajectory_key
@@ -307,7 +307,7 @@ def test_a_fixed_folder_is_drawn_without_replacement_across_refreshes(tmp_path):
 
 def test_a_hung_environment_is_retired_and_never_reused(tmp_path):
     from engine.curriculum import ActiveEnv
-    from engine.messages import PlayResult
+    from engine.protocol.messages import PlayResult
 
     designs, store = _designs(tmp_path)
     with store.batch() as batch:

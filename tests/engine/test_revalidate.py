@@ -2,11 +2,11 @@
 
 import trio
 
-from engine.config import load_config
-from engine.messages import TaskFailed, ValidateResult, ValidateTask
+from engine.protocol.config import load_config
+from engine.protocol.messages import TaskFailed, ValidateResult, ValidateTask
 from engine.refresh import design_record
 from engine.revalidate import revalidate_designs
-from tests.engine.test_result_checks import DESIGN_TASK, _design
+from tests.engine.peers.test_result_checks import DESIGN_TASK, _design
 
 
 def _answer(task: ValidateTask, worker_id: str, valid: bool, reason: str = "") -> ValidateResult:

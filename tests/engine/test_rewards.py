@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from engine.config import RewardConfig
+from engine.protocol.config import RewardConfig
 from engine.rewards import designer_advantages, designer_reward, designer_scale, group_advantages, plateau
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from engine.config import load_config
-from engine.messages import Sample, decode_reasoning_gym_task
+from engine.protocol.config import load_config
+from engine.protocol.messages import Sample, decode_reasoning_gym_task
 from engine.rlve import SlidingWindow, rlve_refresh
 from storage.records import TrajectoryRecord
 from storage.store import Store

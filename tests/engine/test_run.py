@@ -1,9 +1,9 @@
-from engine.config import load_config
-from engine.live import LiveView
-from engine.messages import Sample
-from engine.paths import RunPaths
+from engine.protocol.config import load_config
+from engine.metrics.live import LiveView
+from engine.protocol.messages import Sample
+from engine.protocol.paths import RunPaths
 from engine.batches import drop_stale
-from engine.messages import pack_floats, pack_ints, pack_mask
+from engine.protocol.messages import pack_floats, pack_ints, pack_mask
 from engine.run import Engine
 from storage.records import (
     BatchEntry,

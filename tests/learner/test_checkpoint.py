@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import Config, LearnerConfig
-from engine.messages import Sample, TrainBatch
-from engine.paths import RunPaths
+from engine.protocol.config import Config, LearnerConfig
+from engine.protocol.messages import Sample, TrainBatch
+from engine.protocol.paths import RunPaths
 from learner.train import apply_batch, resume
 from learner.trainer import Trainer
-from engine.messages import pack_floats, pack_ints, pack_mask
+from engine.protocol.messages import pack_floats, pack_ints, pack_mask
 
 # AdamW with a cosine schedule after warm-up, 2 optimizer steps per batch (so pi_prox is recomputed too).
 CONFIG = LearnerConfig(learning_rate=1e-3, lr_schedule="cosine", warmup_steps=1, total_steps=8, mini_batches=2, micro_batch_tokens=32)

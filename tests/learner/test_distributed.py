@@ -19,14 +19,14 @@ import torch
 import trio
 import zmq
 
-from engine.config import Config, LearnerConfig, ObjectiveConfig, PlayConfig, check_config, dump_config
-from engine.messages import LearnerHello, LearnerToEngine, PolicyPublished, Sample, Shutdown, TrainBatch
-from engine.paths import RunPaths
-from engine.transport import open_socket
-from engine.processes import learner_command
+from engine.protocol.config import Config, LearnerConfig, ObjectiveConfig, PlayConfig, check_config, dump_config
+from engine.protocol.messages import LearnerHello, LearnerToEngine, PolicyPublished, Sample, Shutdown, TrainBatch
+from engine.protocol.paths import RunPaths
+from engine.protocol.transport import open_socket
+from engine.peers.processes import learner_command
 from learner.distributed import split_by_tokens
 from learner.trainer import Trainer
-from engine.messages import pack_floats, pack_ints, pack_mask
+from engine.protocol.messages import pack_floats, pack_ints, pack_mask
 
 REPO = Path(__file__).resolve().parents[2]
 # Small micro-batches, so the two ranks run different numbers of them (one pads with an empty pass). AdamW's

@@ -6,9 +6,9 @@ import msgspec
 import pytest
 import torch
 
-from engine.config import LearnerConfig, load_config
-from engine.messages import TrainBatch
-from engine.paths import RunPaths
+from engine.protocol.config import LearnerConfig, load_config
+from engine.protocol.messages import TrainBatch
+from engine.protocol.paths import RunPaths
 from learner.guards import NonFiniteWeights
 from learner.train import apply_batch
 from learner.trainer import Trainer

@@ -4,9 +4,9 @@ import torch
 
 from actors.inference.base import GenerationRequest
 from actors.inference.hf import TransformersBackend
-from engine.messages import Sample
+from engine.protocol.messages import Sample
 from learner.logprobs import token_logprobs
-from engine.messages import pack_floats, pack_ints, pack_mask
+from engine.protocol.messages import pack_floats, pack_ints, pack_mask
 
 
 def test_backend_logprobs_match_learner_recomputation(tiny_model_path):
@@ -24,7 +24,7 @@ def test_backend_logprobs_match_learner_recomputation(tiny_model_path):
 
 
 def test_trainer_sees_zero_mismatch_on_its_own_samples(tiny_model_path):
-    from engine.config import LearnerConfig
+    from engine.protocol.config import LearnerConfig
     from learner.trainer import Trainer
 
     backend = TransformersBackend(tiny_model_path, seed=5)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.config import LearnerConfig, ObjectiveConfig
+from engine.protocol.config import LearnerConfig, ObjectiveConfig
 from learner.trainer import Trainer
 from tests.learner.test_checkpoint import _batch, resume_matches_an_uninterrupted_run
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from engine.config import Config, ConfigError, LearnerConfig, check_config
+from engine.protocol.config import Config, ConfigError, LearnerConfig, check_config
 from learner.logprobs import logprobs_from_logits
 from learner.objectives import ObjectiveConfig, aggregate, effective_mask, plain_grpo_loss, token_losses
 
@@ -154,7 +154,7 @@ def test_aggregate_is_a_token_mean_per_role_then_a_weighted_sum():
 
 
 def test_bad_configuration_and_missing_reference_are_rejected():
-    # The ranges are the config's checks (every one has a case in tests/engine/test_config.py).
+    # The ranges are the config's checks (every one has a case in tests/engine/protocol/test_config.py).
     def check(**fields):
         check_config(Config(learner=LearnerConfig(objective=ObjectiveConfig(**fields))))
 
@@ -248,7 +248,7 @@ def test_the_paper_presets_aggregation_is_the_references_per_sample_mean_by_hand
     """Two designer samples (one skill, raw rewards 0.8 and 0.3, the reference's scale 32 = min(192/24*4, 50)) and
     three agent samples, on-policy under TIS (cap 2): the loss is (1/5) sum_i mean_t(-A_i) and d loss / d logp of
     row i's tokens is -A_i / (n_i * 5), both roles together."""
-    from engine.config import RewardConfig, load_config
+    from engine.protocol.config import RewardConfig, load_config
     from engine.rewards import designer_advantages, designer_scale
 
     learner = load_config("paper").learner

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from engine.messages import MemoryExample
+from engine.protocol.messages import MemoryExample
 from storage.memory import evicted, negative_lines, positive_examples
 from storage.records import MemoryRecord
 

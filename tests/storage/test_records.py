@@ -2,7 +2,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from engine.messages import Sample, TurnRecord, check_sample, pack_floats, pack_ints, pack_mask, unpack_floats, unpack_ints, unpack_mask
+from engine.protocol.messages import Sample, TurnRecord, check_sample, pack_floats, pack_ints, pack_mask, unpack_floats, unpack_ints, unpack_mask
 from storage.records import (
     SCHEMA_VERSION,
     BatchEntry,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.messages import Sample, pack_floats, pack_ints, pack_mask
+from engine.protocol.messages import Sample, pack_floats, pack_ints, pack_mask
 from storage.records import StoredRecordError, TrajectoryRecord
 from storage.scan import describe_skipped, tolerant, tolerant_get, trajectories
 from storage.store import Store

@@ -1,6 +1,6 @@
 import pytest
 
-from engine.messages import Sample, pack_floats, pack_ints, pack_mask
+from engine.protocol.messages import Sample, pack_floats, pack_ints, pack_mask
 from storage.memory import evicted, negative_lines, positive_examples
 from storage.records import MemoryRecord, RunState, StoredRecordError, TrajectoryRecord
 from storage.store import Store
@@ -56,7 +56,7 @@ def test_corrupt_record_is_reported(tmp_path):
 
 
 def test_readonly_open_of_missing_store(tmp_path):
-    from engine.errors import InputError
+    from engine.protocol.errors import InputError
 
     with pytest.raises(FileNotFoundError, match="no LMDB store") as missing:  # StoreMissing: both
         Store.open(tmp_path / "nothing", readonly=True)
@@ -89,7 +89,7 @@ def test_memory_examples_follow_the_reference():
 def test_check_sample_names_the_misaligned_array():
     import msgspec
 
-    from engine.messages import check_sample
+    from engine.protocol.messages import check_sample
 
     check_sample(_sample())
     broken = msgspec.structs.replace(_sample(), logprobs=pack_floats([0.0]))

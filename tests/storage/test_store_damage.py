@@ -21,8 +21,8 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from engine.errors import InputError, RunFailed
-from engine.messages import Sample, pack_floats, pack_ints, pack_mask
+from engine.protocol.errors import InputError, RunFailed
+from engine.protocol.messages import Sample, pack_floats, pack_ints, pack_mask
 from storage.records import (
     BatchEntry,
     BatchRecord,
@@ -47,7 +47,7 @@ NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 # ------------------------------------------------------------------ the code the subprocesses run
 _RECORDS = r'''
 import os, sys
-from engine.messages import Sample, pack_floats, pack_ints, pack_mask
+from engine.protocol.messages import Sample, pack_floats, pack_ints, pack_mask
 from storage.records import TrajectoryRecord
 
 def trajectory(sample_id, step, tokens):
@@ -65,7 +65,7 @@ def trajectory(sample_id, step, tokens):
 # "message": ...} for an error of ours (SpadeError). Anything else is a traceback (exit 1).
 _READ_ALL = r'''
 def read_all(path):
-    from engine.errors import SpadeError
+    from engine.protocol.errors import SpadeError
     from storage.store import DATABASES, Store
     try:
         store = Store.open(path, readonly=True)
@@ -105,7 +105,7 @@ for page in range(2, pages):
 # Fill a small filesystem: a filler file first (freed later), then batches until StoreFullError.
 _FILL = _RECORDS + _READ_ALL + r'''
 import json
-from engine.errors import RunFailed
+from engine.protocol.errors import RunFailed
 from storage.store import Store, StoreFullError
 mount = sys.argv[1]
 with open(os.path.join(mount, "filler"), "wb") as f:

@@ -14,7 +14,7 @@ from actors.evaluation.suites import load_suite
 from actors.evaluation.table import build_table
 from actors.inference.batcher import Batcher
 from actors.sandbox import open_sandbox_pool
-from engine.config import PlayConfig
+from engine.protocol.config import PlayConfig
 
 SEVEN = '''import re
 

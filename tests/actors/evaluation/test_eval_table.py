@@ -9,7 +9,7 @@ import pytest
 from actors.evaluation.results import ResultsFile
 from actors.evaluation.suites import load_suite
 from actors.evaluation.table import bootstrap, build_table, markdown
-from engine.stats import wilson
+from engine.protocol.stats import wilson
 
 
 def test_wilson_known_values():

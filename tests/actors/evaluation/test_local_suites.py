@@ -12,7 +12,7 @@ from actors.evaluation.oracle import OracleBackend
 from actors.evaluation.runner import play_item
 from actors.evaluation.suites import SuiteError, load_suite
 from actors.inference.batcher import Batcher
-from engine.config import PlayConfig, SandboxConfig
+from engine.protocol.config import PlayConfig, SandboxConfig
 
 
 def _play(tiny_model_path, suite, replies: dict[str, str], pool_needed=False):

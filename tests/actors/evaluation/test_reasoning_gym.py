@@ -14,8 +14,8 @@ from actors.evaluation.runner import oracle_reply, play_item
 from actors.evaluation.suites import load_suite
 from actors.evaluation.table import build_table
 from actors.inference.batcher import Batcher
-from engine.config import PlayConfig
-from engine.messages import PlayTask, ReasoningGymTask, encode_reasoning_gym_task
+from engine.protocol.config import PlayConfig
+from engine.protocol.messages import PlayTask, ReasoningGymTask, encode_reasoning_gym_task
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import torch
 from actors.inference.base import GenerationRequest
 from actors.inference.hf import TransformersBackend, is_adapter_folder
 from actors.inference.scripted import ScriptedBackend
-from engine.config import LearnerConfig
+from engine.protocol.config import LearnerConfig
 from learner.logprobs import token_logprobs
 from learner.trainer import Trainer
 from tests.learner.test_checkpoint import _batch

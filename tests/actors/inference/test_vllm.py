@@ -14,7 +14,7 @@ import torch
 import trio
 
 from actors.inference.base import GenerationRequest
-from engine.config import InferenceConfig, PlayConfig
+from engine.protocol.config import InferenceConfig, PlayConfig
 from learner.logprobs import token_logprobs
 
 pytestmark = pytest.mark.vllm
@@ -122,7 +122,7 @@ def test_agent_episode_of_several_turns(backend, tiny_model_path, perturbed_mode
     from actors.agent import play_episode
     from actors.inference.batcher import Batcher
     from actors.sandbox import open_sandbox_pool
-    from engine.messages import PlayTask, unpack_floats, unpack_ints, unpack_mask
+    from engine.protocol.messages import PlayTask, unpack_floats, unpack_ints, unpack_mask
 
     task = PlayTask(task_id="t", env_id="e", skill="s", code=PICK, hint="", arm="no_hint", seed=1, step=0)
     play = PlayConfig(max_turns=3, agent_max_tokens=12, agent_temperature=0.7)

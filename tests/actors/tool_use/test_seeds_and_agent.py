@@ -10,8 +10,8 @@ import trio
 from actors.agent import play_episode
 from actors.inference.base import Generation
 from actors.sandbox import open_sandbox_pool, validate_environment
-from engine.config import PlayConfig
-from engine.messages import PlayTask, unpack_mask
+from engine.protocol.config import PlayConfig
+from engine.protocol.messages import PlayTask, unpack_mask
 
 SEEDS = Path(__file__).parents[3] / "actors" / "seeds" / "tool_use"
 MANIFEST = json.loads((SEEDS / "manifest.json").read_text())

@@ -1,0 +1,197 @@
+"""Tasks out to rollout workers by credit, results back to whoever waits for them.
+
+    results = await dispatcher.run_tasks(tasks)      # a list of DesignResult / PlayResult / TaskFailed, in order
+
+Each worker announces `slots` (how many tasks it runs at once); the dispatcher never sends it more. A task a
+worker reports as failed is retried on another send (up to `retries` times); the tasks of a worker that goes
+silent or whose process dies are requeued. Workers can join at any time (`bin/spade-engine worker`).
+
+Leases: a task sent to a worker is leased to that worker's identity (`WorkerState.in_flight`); `complete` takes
+an answer only from the identity holding the lease, and hands any other to `Leases` (engine/peers/leases.py), which
+tells late answers from rejected ones and bans an identity that keeps sending the latter. Sends never wait: a
+worker whose queue is full (it does not read) or who is gone is dropped and its tasks requeued.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable
+
+import msgspec
+import trio
+
+from engine.peers.leases import Leases
+from engine.protocol.messages import DesignResult, DesignTask, PlayResult, PlayTask, TaskFailed
+from engine.protocol.transport import MessageSocket
+
+Task = DesignTask | PlayTask
+Result = DesignResult | PlayResult | TaskFailed
+
+
+class WorkerState(msgspec.Struct, kw_only=True):
+    ident: bytes
+    worker_id: str
+    slots: int
+    isolation: str
+    backend: str
+    policy_version: int
+    last_seen: float
+    in_flight: dict[str, Task] = msgspec.field(default_factory=dict)
+
+
+class _Waiting:
+    __slots__ = ("task", "result", "done", "attempts")
+
+    def __init__(self, task: Task):
+        self.task = task
+        self.result: Result | None = None
+        self.done = trio.Event()
+        self.attempts = 0
+
+
+class Dispatcher:
+    def __init__(self, sock: MessageSocket, *, retries: int = 1, on_result: Callable[[Result], None] | None = None):
+        self._sock = sock
+        self._retries = retries
+        self._pending: collections.deque[str] = collections.deque()
+        self._waiting: dict[str, _Waiting] = {}
+        self.workers: dict[bytes, WorkerState] = {}
+        self._dispatching = self._again = False
+        self._on_result = on_result
+        self.requeued = 0
+        self.leases = Leases()
+
+    # ------------------------------------------------------------ callers
+    async def run_tasks(self, tasks: list[Task]) -> list[Result]:
+        waits = []
+        for task in tasks:
+            waiting = _Waiting(task)
+            self._waiting[task.task_id] = waiting
+            self._pending.append(task.task_id)
+            waits.append(waiting)
+        self._kick()
+        for waiting in waits:
+            await waiting.done.wait()
+        return [w.result for w in waits]
+
+    def in_flight(self) -> int:
+        return sum(len(w.in_flight) for w in self.workers.values())
+
+    # ------------------------------------------------------------ worker events
+    def add_worker(self, state: WorkerState) -> None:
+        old = self.workers.pop(state.ident, None)
+        if old is not None:
+            self._requeue(old)
+        self.workers[state.ident] = state
+        self._kick()
+
+    def drop_worker(self, ident: bytes) -> WorkerState | None:
+        state = self.workers.pop(ident, None)
+        if state is not None:
+            self._requeue(state)
+            self._kick()
+        return state
+
+    def seen(self, ident: bytes, policy_version: int | None = None) -> WorkerState | None:
+        state = self.workers.get(ident)
+        if state is not None:
+            state.last_seen = time.monotonic()
+            if policy_version is not None:
+                state.policy_version = policy_version
+        return state
+
+    def holds_lease(self, ident: bytes, task_id: str) -> bool:
+        state = self.workers.get(ident)
+        return state is not None and task_id in state.in_flight
+
+    def banned(self, ident: bytes) -> bool:
+        return self.leases.banned(ident)
+
+    def complete(self, ident: bytes, result: Result) -> str:
+        """Take `ident`'s answer if it holds the task's lease: "accepted", else `Leases.not_leased`'s verdict
+        ("late", "rejected", or "ban": the identity is dropped and banned)."""
+        state = self.workers.get(ident)
+        if state is None or result.task_id not in state.in_flight:
+            verdict = self.leases.not_leased(result.task_id, ident)
+            if verdict == "ban":
+                self.drop_worker(ident)
+            return verdict
+        del state.in_flight[result.task_id]
+        state.last_seen = time.monotonic()
+        waiting = self._waiting.get(result.task_id)
+        if waiting is None or waiting.done.is_set():
+            return "late"  # cannot happen while leases end on requeue; kept as a guard
+        if isinstance(result, TaskFailed) and waiting.attempts <= self._retries:
+            self._pending.append(result.task_id)
+        else:
+            waiting.result = result
+            del self._waiting[result.task_id]
+            waiting.done.set()
+            if self._on_result is not None:
+                self._on_result(result)
+        self._kick()
+        return "accepted"
+
+    def _requeue(self, state: WorkerState) -> None:
+        for task_id in state.in_flight:
+            self.leases.ended(task_id, state.ident)
+            if task_id in self._waiting:
+                self._waiting[task_id].attempts -= 1  # not the task's fault: this send does not count
+                self._pending.appendleft(task_id)
+                self.requeued += 1
+        state.in_flight.clear()
+
+    def _kick(self) -> None:
+        """Send what the credit allows, now: sends never wait (a full or gone peer is dropped), so there is no
+        task to wake. Reentrant calls (a failed send drops a worker, which kicks) fold into the running loop."""
+        if self._dispatching:
+            self._again = True
+            return
+        self._dispatching = True
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                self._dispatch()
+        finally:
+            self._dispatching = False
+
+    # ------------------------------------------------------------ the loop
+    def _free_worker(self) -> WorkerState | None:
+        free = [w for w in self.workers.values() if len(w.in_flight) < w.slots]
+        return min(free, key=lambda w: len(w.in_flight) / w.slots) if free else None
+
+    def _dispatch(self) -> None:
+        while self._pending:
+            worker = self._free_worker()
+            if worker is None:
+                break
+            task_id = self._pending.popleft()
+            waiting = self._waiting.get(task_id)
+            if waiting is None:
+                continue
+            waiting.attempts += 1
+            worker.in_flight[task_id] = waiting.task
+            if not self._sock.try_send_to(worker.ident, waiting.task):
+                self.drop_worker(worker.ident)  # gone, or not reading: the task goes back to the queue
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Kept for the callers' `nursery.start(dispatcher.run)`: the sends happen in `_kick`."""
+        task_status.started()
+        await trio.sleep_forever()
+
+    async def watch_liveness(self, dead_after_s: float, on_dead: Callable[[WorkerState], None]) -> None:
+        while True:
+            await trio.sleep(min(dead_after_s / 4, 5.0))
+            now = time.monotonic()
+            for ident, state in list(self.workers.items()):
+                if now - state.last_seen > dead_after_s:
+                    self.drop_worker(ident)
+                    on_dead(state)
+
+    async def broadcast(self, message) -> None:
+        for ident in list(self.workers):
+            if not self._sock.try_send_to(ident, message):
+                self.drop_worker(ident)  # it asks again (HelloAgain on its next heartbeat) and gets the news then
+        await trio.lowlevel.checkpoint()

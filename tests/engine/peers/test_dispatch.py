@@ -1,0 +1,61 @@
+"""The dispatcher: credit-bounded sends, results to the waiter, requeue on a dead worker, retry on failure."""
+
+import time
+
+import trio
+import zmq
+
+from engine.peers.dispatch import Dispatcher, WorkerState
+from engine.protocol.messages import EngineToWorker, Heartbeat, PlayTask, TaskFailed, WorkerToEngine
+from engine.protocol.transport import open_socket
+
+
+def _task(i):
+    return PlayTask(task_id=f"t{i}", env_id="e", skill="s", code="", hint="", arm="no_hint", seed=i, step=0)
+
+
+def test_tasks_respect_slots_and_are_requeued_from_a_dead_worker(tmp_path):
+    address = f"ipc://{tmp_path}/d.sock"
+
+    async def main():
+      with trio.fail_after(20):
+        async with (
+            open_socket(zmq.ROUTER, address, bind=True, decode=WorkerToEngine) as router,
+            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"a") as a,
+            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"b") as b,
+            trio.open_nursery() as nursery,
+        ):
+            for dealer in (a, b):  # the router can address a peer only once its connection is up
+                await dealer.send(Heartbeat(worker_id="x", policy_version=0, busy=0))
+                await router.receive_from()
+            dispatcher = Dispatcher(router, retries=1)
+            await nursery.start(dispatcher.run)
+            now = time.monotonic()
+            dispatcher.add_worker(WorkerState(ident=b"a", worker_id="a", slots=2, isolation="", backend="", policy_version=0, last_seen=now))
+            results = {}
+
+            async def run():
+                results["all"] = await dispatcher.run_tasks([_task(i) for i in range(3)])
+
+            nursery.start_soon(run)
+            got_a = [await a.receive(), await a.receive()]
+            await trio.sleep(0.05)
+            assert dispatcher.in_flight() == 2  # the third waits: worker a has 2 slots
+            dispatcher.drop_worker(b"a")  # a dies: its tasks go back to the queue
+            dispatcher.add_worker(WorkerState(ident=b"b", worker_id="b", slots=4, isolation="", backend="", policy_version=0, last_seen=now))
+            got_b = [await b.receive() for _ in range(3)]
+            assert sorted(t.task_id for t in got_b) == ["t0", "t1", "t2"]
+            assert {t.task_id for t in got_a} <= {"t0", "t1", "t2"}
+            dispatcher.complete(b"b", TaskFailed(task_id="t0", worker_id="b", reason="boom"))  # retried once
+            retried = await b.receive()
+            assert retried.task_id == "t0"
+            dispatcher.complete(b"b", TaskFailed(task_id="t0", worker_id="b", reason="final"))  # second failure: given up
+            for task_id in ("t1", "t2"):  # each fails once, is retried, fails again
+                dispatcher.complete(b"b", TaskFailed(task_id=task_id, worker_id="b", reason="first"))
+                assert (await b.receive()).task_id == task_id
+                dispatcher.complete(b"b", TaskFailed(task_id=task_id, worker_id="b", reason="final"))
+            await trio.sleep(0.05)
+            assert [r.task_id for r in results["all"]] == ["t0", "t1", "t2"]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)

@@ -1,0 +1,185 @@
+"""The engine's checks of what a worker hands it (engine/peers/result_checks.py, engine.protocol.messages.sample_problem)."""
+
+import math
+
+import msgspec
+import pytest
+
+from engine.peers.dispatch import WorkerState
+from engine.protocol.messages import (
+    DesignResult,
+    DesignTask,
+    PlayResult,
+    PlayTask,
+    Sample,
+    TaskFailed,
+    TurnRecord,
+    ValidateResult,
+    ValidateTask,
+    pack_floats,
+    pack_ints,
+    pack_mask,
+    sample_problem,
+)
+from engine.tools.models import read_vocab_size
+from engine.peers.result_checks import ResultGate, result_problem
+
+VOCAB = 100
+NEWEST = 3
+
+
+def _sample(sample_id="s0000-e-no_hint-00", role="agent", arm="no_hint", env_id="e", step=0, tokens=(5, 6, 7, 8), mask=(0, 1, 1, 1),
+            logprobs=(0.0, -1.0, -2.0, -0.5), versions=(-1, 3, 3, 3), reward=1.0, **extra) -> Sample:
+    return Sample(
+        sample_id=sample_id, role=role, env_id=env_id, skill="k", arm=arm, step=step, tokens=pack_ints(tokens),
+        loss_mask=pack_mask(mask), logprobs=pack_floats(logprobs), versions=pack_ints(versions), reward=reward, **extra,
+    )
+
+
+PLAY_TASK = PlayTask(task_id="s0000-e-no_hint-00", env_id="e", skill="k", code="", hint="", arm="no_hint", seed=7, step=0)
+DESIGN_TASK = DesignTask(task_id="s0000-e00-a1", skill="k", skill_description="", passage_id="p", passage="", examples=[],
+                         negatives=[], attempt=1, step=0)
+
+
+def _play(episode_return=1.0, sample=None, turns=None, **extra) -> PlayResult:
+    fields = dict(
+        task_id=PLAY_TASK.task_id, worker_id="w", env_id="e", arm="no_hint", seed=7, status="completed", failure="",
+        episode_return=episode_return, agent=sample or _sample(reward=episode_return if math.isfinite(episode_return) else 0.0),
+        turns=turns if turns is not None else [TurnRecord(action="1", parse_rule="boxed", reward=1.0, terminated=True, truncated=False, policy_version=3, observation_chars=4)],
+        tokens_generated=3, seconds=0.5,
+    )
+    return PlayResult(**(fields | extra))
+
+
+def _design(sample=None, **extra) -> DesignResult:
+    fields = dict(
+        task_id=DESIGN_TASK.task_id, worker_id="w", skill="k", passage_id="p", attempt=1, reply="", code="class E: ...",
+        valid=True, reason="", checks=[], hint="h",
+        designer=sample or _sample(sample_id=DESIGN_TASK.task_id, role="designer", arm="design", env_id=DESIGN_TASK.task_id, reward=0.0),
+        tokens_generated=3, seconds=0.5,
+    )
+    return DesignResult(**(fields | extra))
+
+
+def _problem(result, task=PLAY_TASK):
+    return result_problem(result, task, vocab_size=VOCAB, newest_version=NEWEST)
+
+
+def test_a_good_play_and_a_good_design_pass():
+    assert _problem(_play()) is None
+    assert _problem(_design(), DESIGN_TASK) is None
+    assert _problem(_play(episode_return=-1.0)) is None
+
+
+@pytest.mark.parametrize("draws", [0, -1, 17])
+def test_a_designs_draws_must_be_within_the_cap(draws):
+    assert _problem(_design(draws=draws), DESIGN_TASK) == f"its draws {draws} is not in [1, 16]"
+    assert _problem(_design(draws=16), DESIGN_TASK) is None
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1.5, -1.01])
+def test_an_episode_return_must_be_finite_and_within_one(value):
+    assert "episode return" in _problem(_play(episode_return=value, sample=_sample(reward=0.0)))
+    assert "episode return" in _problem(_play(episode_return=value, sample=_sample(reward=0.0)), None)  # even not leased
+
+
+def test_the_sample_reward_and_turn_rewards_must_be_finite():
+    assert "reward" in _problem(_play(sample=_sample(reward=math.nan)))
+    bad_turn = TurnRecord(action="1", parse_rule="boxed", reward=math.nan, terminated=True, truncated=False, policy_version=3, observation_chars=4)
+    assert "turn reward" in _problem(_play(turns=[bad_turn]))
+    future_turn = msgspec.structs.replace(bad_turn, reward=0.0, policy_version=NEWEST + 1)
+    assert "policy version" in _problem(_play(turns=[future_turn]))
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        (dict(tokens=(5, 6, 7, VOCAB)), "outside the model's vocabulary"),
+        (dict(tokens=(5, -1, 7, 8)), "outside the model's vocabulary"),
+        (dict(mask=(0, 1, 2, 1)), "loss mask"),
+        (dict(logprobs=(0.0, -1.0, math.nan, -0.5)), "log-prob is not finite"),
+        (dict(logprobs=(0.0, -1.0, 0.5, -0.5)), "> 0"),
+        (dict(versions=(-2, 3, 3, 3)), "policy versions"),
+        (dict(versions=(-1, 3, NEWEST + 1, 3)), "policy versions"),
+        (dict(advantage=math.inf), "advantage"),
+        (dict(temperature=math.nan), "temperature"),
+        (dict(logprobs=(0.0, -1.0, -2.0)), "entries for 4 tokens"),
+    ],
+)
+def test_sample_values_are_checked(fields, words):
+    assert words in _problem(_play(sample=_sample(**fields)))
+
+
+def test_a_tiny_positive_logprob_from_rounding_passes_and_unmasked_values_are_free():
+    assert sample_problem(_sample(logprobs=(5.0, 1e-6, -2.0, -0.5)), vocab_size=VOCAB) is None  # position 0 is not sampled
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        _play(env_id="other"),
+        _play(arm="hint"),
+        _play(seed=8),
+        _play(sample=_sample(sample_id="s0000-x-no_hint-00")),  # would overwrite another trajectory in the store
+        _play(sample=_sample(role="designer")),
+        _play(sample=_sample(step=1)),
+        _play(sample=_sample(env_id="other")),
+    ],
+)
+def test_a_play_must_answer_its_task(result):
+    assert "not the task's" in _problem(result)
+
+
+def test_a_result_must_be_of_its_tasks_kind():
+    assert "not a play" in _problem(_play(), DESIGN_TASK)
+    assert "not a design" in _problem(_design(), PLAY_TASK)
+    assert "not the task's" in _problem(_design(attempt=2), DESIGN_TASK)
+    validate = ValidateTask(task_id="v", env_id="e1", skill="k", code="", hint="", author="w", step=0)
+    answer = ValidateResult(task_id="v", worker_id="w2", env_id="e1", valid=True, reason="", checks=[], sandbox="other_worker", seconds=0.1)
+    assert _problem(answer, validate) is None
+    assert "not the task's" in _problem(msgspec.structs.replace(answer, env_id="e2"), validate)
+    assert "not a validation" in _problem(answer, PLAY_TASK)
+
+
+class _Dispatcher:
+    def __init__(self, ident, tasks):
+        self.workers = {ident: WorkerState(ident=ident, worker_id="w", slots=4, isolation="", backend="", policy_version=0, last_seen=0.0,
+                                           in_flight={t.task_id: t for t in tasks})}
+
+
+def test_the_gate_turns_a_rejected_result_into_a_failed_task_logs_a_few_lines_and_drops_the_worker():
+    lines = []
+    gate = ResultGate(vocab_size=VOCAB, max_rejected=3, emit=lines.append)
+    dispatcher = _Dispatcher(b"peer", [PLAY_TASK])
+    good, drop = gate.screen(b"peer", _play(), dispatcher, NEWEST)
+    assert isinstance(good, PlayResult) and not drop
+    verdicts = [gate.screen(b"peer", _play(episode_return=math.nan, sample=_sample(reward=0.0)), dispatcher, NEWEST) for _ in range(5)]
+    assert all(isinstance(m, TaskFailed) and m.reason.startswith("rejected result: its episode return nan") for m, _ in verdicts)
+    assert [drop for _, drop in verdicts] == [False, False, True, True, True]  # dropped at the third, and again after
+    assert gate.counters == {"refused_results": 5, "dropped_workers": 3}
+    rejections = [line for line in lines if "rejected the result" in line]
+    assert len(rejections) == 3  # rate-limited: a few lines a minute per worker
+    assert any("dropped worker w" in line for line in lines)
+
+
+def test_the_gate_cuts_peer_chosen_ids_in_its_lines():
+    lines = []
+    gate = ResultGate(vocab_size=VOCAB, max_rejected=0, emit=lines.append)
+    task = msgspec.structs.replace(PLAY_TASK, task_id="t" * 5000)
+    result = _play(task_id=task.task_id, worker_id="w" * 128, sample=_sample(sample_id=task.task_id, tokens=(1, 2, 3, 10**6)))
+    message, drop = gate.screen(b"peer", result, _Dispatcher(b"peer", [task]), NEWEST)
+    assert isinstance(message, TaskFailed) and not drop  # max_rejected 0: never dropped
+    assert len(lines) == 1 and len(lines[0]) < 400 and len(message.reason) <= 300
+
+
+def test_the_vocab_size_is_read_from_the_model_folder_without_torch(tmp_path, tiny_model_path):
+    assert read_vocab_size(tiny_model_path) == 4096
+    (tmp_path / "config.json").write_text('{"model_type": "x", "text_config": {"vocab_size": 77}}')
+    assert read_vocab_size(tmp_path) == 77
+    assert read_vocab_size(tmp_path / "missing") is None
+
+
+def test_a_result_must_name_the_worker_its_sender_joined_as():
+    gate = ResultGate(vocab_size=VOCAB, max_rejected=3, emit=lambda line: None)
+    message, _ = gate.screen(b"peer", _play(worker_id="someone-else"), _Dispatcher(b"peer", [PLAY_TASK]), NEWEST)
+    assert isinstance(message, TaskFailed) and "joined as" in message.reason
