@@ -254,7 +254,7 @@ def test_objective_config_is_one_frozen_struct():
 
 def test_engine_config_does_not_import_torch():
     code = "import sys, engine.protocol.config; assert 'torch' not in sys.modules, 'engine.protocol.config imported torch'"
-    subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], check=True)
+    subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[3], check=True)
 
 
 def test_a_micro_batch_too_small_for_the_longest_episode_is_refused():

@@ -79,7 +79,7 @@ def test_export_reads_while_the_engine_writes(small_run):
     try:
         rows = iter_rows(reader, [])
         first = next(rows)  # a read transaction is open now
-        repo = Path(__file__).resolve().parents[2]
+        repo = Path(__file__).resolve().parents[3]
         result = subprocess.run([sys.executable, "-c", WRITER, str(small_run.paths.store)], cwd=repo, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0 and result.stdout.strip() == "committed", result.stderr
         rest = list(rows)
