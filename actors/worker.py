@@ -28,7 +28,7 @@ import trio
 import zmq
 
 from actors.remote import PolicyFetcher, PolicyFollower, join_remote, wants_fetch
-from engine.protocol.config import read_config_file
+from engine.protocol.config_loading import read_config_file
 from engine.protocol.errors import InputError, RunFailed, SpadeError, leaf_exceptions
 from engine.protocol.keys import (
     WORKER_FILE,

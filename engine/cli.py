@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _overrides(args) -> list[str]:
     extra = list(args.set)
     if getattr(args, "setting", None) == "tool-use":  # before --set, which may still change the skills
-        from engine.protocol.config_sections import TOOL_USE_SKILLS
+        from engine.protocol.presets import TOOL_USE_SKILLS
 
         extra[:0] = ['curriculum.setting="tool_use"', f"curriculum.skills={json.dumps(TOOL_USE_SKILLS)}"]
     if args.steps is not None:
@@ -157,7 +157,7 @@ def _resolve_paths(config) -> None:
 
 
 def cmd_up(args) -> int:
-    from engine.protocol.config import dump_config, load_config
+    from engine.protocol.config_loading import dump_config, load_config
     from engine.curriculum import load_corpus
     from engine.tools.models import ModelError, check_model_folder, ensure_default_model
 
@@ -227,7 +227,7 @@ def _check_resumable(paths: RunPaths) -> None:
 
 
 def _resume(args) -> int:
-    from engine.protocol.config import dump_config, read_config_file
+    from engine.protocol.config_loading import dump_config, read_config_file
 
     if args.config or args.model or args.corpus or args.run_dir or args.preset != "default":
         raise UsageError("--resume keeps the run's own config: only --steps, --minutes and --set may change it")
@@ -325,7 +325,7 @@ def cmd_replay(args) -> int:
         args.export = str(out)
         return replay.export_main(args)
     if args.rescore:
-        from engine.protocol.config import read_config_file
+        from engine.protocol.config_loading import read_config_file
 
         bad = [s for s in args.set if not s.startswith(("reward.", "play."))]
         if bad:

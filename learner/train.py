@@ -29,7 +29,8 @@ from pathlib import Path
 import trio
 import zmq
 
-from engine.protocol.config import Config, read_config_file
+from engine.protocol.config import Config
+from engine.protocol.config_loading import read_config_file
 from engine.protocol.lifeline import LEARNER_TOKEN_ENV, cancel_on_sigterm, cancel_when_engine_gone, engine_pid
 from engine.protocol.messages import EngineToLearner, LearnerFailed, LearnerHello, PolicyPublished, Shutdown, TrainBatch
 from engine.protocol.paths import RunPaths

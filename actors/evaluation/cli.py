@@ -98,7 +98,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _config(args):
-    from engine.protocol.config import load_config
+    from engine.protocol.config_loading import load_config
 
     overrides = list(args.set)
     if args.backend in ("transformers", "vllm", "scripted"):
