@@ -101,11 +101,28 @@ def test_round_trip_through_toml(tmp_path):
         ("play.edit_draws=17", r"^play\.edit_draws must be at most 16 \(got 17\)$"),
         ("steps", r"^--set 'steps': expected section\.key=value"),
         ("reward.designer_reward=best", r"^bad config value: Invalid enum value 'best' - at `reward\.designer_reward`$"),
+        # every section is checked the same way, [eval] and [rlve] included
+        ("eval.every=-1", r"^eval\.every must be >= 0 \(got -1\)$"),
+        ("eval.episodes=0", r"^eval\.episodes must be at least 1 \(got 0\)$"),
+        ("rlve.window=0", r"^rlve\.window must be at least 1 \(got 0\)$"),
+        ("rlve.accuracy=1.5", r"^rlve\.accuracy must be in \(0, 1\] \(got 1\.5\)$"),
+        ("curriculum.edit_share=-0.5", r"^curriculum\.edit_share must be in \[0, 1\] \(got -0\.5\)$"),
+        ("worker.count=-1", r"^worker\.count must be >= 0 \(got -1\)$"),
+        ("run.minutes=-1", r"^run\.minutes must be >= 0 \(got -1\.0\)$"),
     ],
 )
 def test_bad_input_names_the_field(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(overrides=[override])
+
+
+def test_a_run_written_with_the_removed_log_every_turn_still_reads(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text(dump_config(Config()).replace("[run]\n", "[run]\nlog_every_turn = false\n"))
+    assert "log_every_turn" in path.read_text()
+    assert read_config_file(path) == Config()
+    with pytest.raises(ConfigError, match=r"^unknown config key run\.log_every_turn"):
+        load_config(overrides=["run.log_every_turn=true"])  # a new run may not name it
 
 
 def test_missing_config_file(tmp_path):
