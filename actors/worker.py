@@ -28,8 +28,8 @@ import trio
 import zmq
 
 from actors.remote import PolicyFetcher, PolicyFollower, join_remote, wants_fetch
-from engine.protocol.config import read_config_file
-from engine.protocol.errors import InputError, RunFailed, SpadeError, leaf_exceptions
+from engine.protocol.config_loading import read_config_file
+from engine.protocol.errors import InputError, RunFailed, UsageError, describe_failure
 from engine.protocol.keys import (
     WORKER_FILE,
     WorkerKey,
@@ -252,34 +252,29 @@ def main(argv: list[str] | None = None, prog: str = "actors.worker") -> int:
     parser.add_argument("--fetch-policy", action="store_true", help="take the config and every policy version over the wire even where their paths exist here")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the engine's first answer (remote)")
     args = parser.parse_args(argv)
+    try:
+        trio.run(run_worker, _options(args))
+    except BaseException as exc:  # reported as every entry point reports (engine/protocol/errors.py)
+        text, code = describe_failure(exc)
+        print(text, file=sys.stderr)
+        return code
+    return 0
+
+
+def _options(args) -> WorkerOptions:
     run_dir = Path(args.run_dir).resolve() if args.run_dir else None
     remote_flags = args.connect or args.key or args.fetch_policy
     if run_dir is None and not remote_flags:
-        print("error: give --run-dir RUN_DIR (same machine) or --connect tcp://HOST:PORT --key FILE (another machine)", file=sys.stderr)
-        return 2
+        raise UsageError("give --run-dir RUN_DIR (same machine) or --connect tcp://HOST:PORT --key FILE (another machine)")
     if run_dir is not None and not remote_flags and not (run_dir / "config.toml").is_file():
-        print(f"error: {run_dir} is not a run directory (no config.toml)", file=sys.stderr)
-        return 2
+        raise UsageError(f"{run_dir} is not a run directory (no config.toml)")
     worker_id = args.worker_id or f"w-{uuid.uuid4().hex[:6]}"
     if len(worker_id) > 128:
-        print("error: --worker-id is longer than 128 characters", file=sys.stderr)
-        return 2
+        raise UsageError("--worker-id is longer than 128 characters")
     key = Path(args.key).resolve() if args.key else None
     if key is not None and key.is_file() and not key_is_private(key):
         print(f"warning: {key} can be read by other users: chmod 600 it", file=sys.stderr)
-    opts = WorkerOptions(run_dir=run_dir, worker_id=worker_id, address=args.connect, key=key, fetch_policy=args.fetch_policy, timeout_s=args.timeout)
-    try:
-        trio.run(run_worker, opts)
-    except BaseException as exc:  # trio wraps what its tasks raised in exception groups
-        leaves = leaf_exceptions(exc)
-        if any(isinstance(e, KeyboardInterrupt) for e in leaves):
-            return 130
-        ours = [e for e in leaves if isinstance(e, SpadeError)]
-        if ours and len(ours) == len(leaves):
-            print(f"error: {ours[0]}", file=sys.stderr)
-            return ours[0].exit_code
-        raise
-    return 0
+    return WorkerOptions(run_dir=run_dir, worker_id=worker_id, address=args.connect, key=key, fetch_policy=args.fetch_policy, timeout_s=args.timeout)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@
     bin/spade-engine report RUN_DIR                plots and tables of a run in RUN_DIR/report.html
 
 Imports stay light until a subcommand needs more, so `--help` answers at once. Everything a user can cause is a
-`SpadeError` (engine/protocol/errors.py), caught here alone: one line `error: ...`, exit 2 for bad input (config, path,
-store, model), 1 for a run that failed; Ctrl-C stops every process of the run and exits 130. Any other exception
-is a bug of ours: its traceback is printed with a line asking for a report. Paths are taken relative to the
+`SpadeError` (engine/protocol/errors.py), caught in `main` alone and reported by `describe_failure`: one line
+`error: ...`, exit 2 for bad input (config, path, store, model), 1 for a run that failed (a sandbox that cannot
+start included); Ctrl-C stops every process of the run and exits 130. Any other exception is a bug of ours: its
+traceback is printed with a line asking for a report. Paths are taken relative to the
 directory the command was started in, and checked before anything is written.
 """
 
@@ -26,10 +27,9 @@ import datetime
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
-from engine.protocol.errors import InputError, SpadeError, UsageError, leaf_exceptions
+from engine.protocol.errors import InputError, RunFailed, UsageError, describe_failure
 
 UNBOUNDED_STEPS = 1_000_000  # run.steps under `up --minutes N` without --steps: the budget ends the run
 from engine.protocol.paths import (
@@ -41,7 +41,6 @@ from engine.protocol.paths import (
 )
 
 EXIT_USAGE = 2
-BUG = "error: this is a bug in spade-engine, not something you did: please report it with the traceback above"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -126,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _overrides(args) -> list[str]:
     extra = list(args.set)
     if getattr(args, "setting", None) == "tool-use":  # before --set, which may still change the skills
-        from engine.protocol.config_sections import TOOL_USE_SKILLS
+        from engine.protocol.presets import TOOL_USE_SKILLS
 
         extra[:0] = ['curriculum.setting="tool_use"', f"curriculum.skills={json.dumps(TOOL_USE_SKILLS)}"]
     if args.steps is not None:
@@ -157,7 +156,7 @@ def _resolve_paths(config) -> None:
 
 
 def cmd_up(args) -> int:
-    from engine.protocol.config import dump_config, load_config
+    from engine.protocol.config_loading import dump_config, load_config
     from engine.curriculum import load_corpus
     from engine.tools.models import ModelError, check_model_folder, ensure_default_model
 
@@ -178,9 +177,8 @@ def cmd_up(args) -> int:
     if model_path is None:
         try:
             model_path = check_model_folder(ensure_default_model())
-        except ModelError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+        except ModelError as exc:  # the embedded model, not one the user gave: the run failed, not its input
+            raise RunFailed(str(exc)) from None
     with paths.engine_lock():
         paths.config.write_text(dump_config(config))
         paths.update_meta(model_path=str(model_path), started=datetime.datetime.now().isoformat(), argv=sys.argv[1:])
@@ -227,7 +225,7 @@ def _check_resumable(paths: RunPaths) -> None:
 
 
 def _resume(args) -> int:
-    from engine.protocol.config import dump_config, read_config_file
+    from engine.protocol.config_loading import dump_config, read_config_file
 
     if args.config or args.model or args.corpus or args.run_dir or args.preset != "default":
         raise UsageError("--resume keeps the run's own config: only --steps, --minutes and --set may change it")
@@ -246,37 +244,24 @@ def _resume(args) -> int:
 
 
 def _run_engine(config, paths, seeds, *, live: bool) -> int:
-    """Run the engine to the end; the caller holds the run directory's engine lock."""
+    """Run the engine to the end; the caller holds the run directory's engine lock. However it ends, the live line
+    is cleared, every child stopped and the run summarised before `main` says why it stopped (everything committed
+    stays in the store)."""
     import trio
 
     from engine.metrics.live import LiveView
     from engine.run import Engine
     from engine.tools.summary import print_summary
-    from engine.protocol.transport import PeerGone
 
     view = LiveView(config.run.steps, enabled=None if live else False, minutes=config.run.minutes)
     engine = Engine(config, paths, seeds, view=view)
-    code = 0
     try:
         trio.run(engine.run)
-    except BaseException as exc:  # trio wraps what its tasks raised in exception groups: look at the leaves
-        leaves = leaf_exceptions(exc)
-        view.close()
-        if any(isinstance(e, KeyboardInterrupt) for e in leaves):
-            print("\ninterrupted: stopping the learner and workers; everything committed stays in the store", file=sys.stderr)
-            code = 130
-        elif all(isinstance(e, SpadeError) for e in leaves):
-            causes = [e for e in leaves if not isinstance(e, PeerGone)] or leaves  # a peer gone follows its failure
-            for e in causes:
-                print(f"error: {e}", file=sys.stderr)
-            code = max(e.exit_code for e in causes)
-        else:
-            raise
     finally:
         view.close()
         engine.stop_children()
-    print_summary(paths)
-    return code
+        print_summary(paths)
+    return 0
 
 
 def _environment_file(text: str) -> str:
@@ -325,7 +310,7 @@ def cmd_replay(args) -> int:
         args.export = str(out)
         return replay.export_main(args)
     if args.rescore:
-        from engine.protocol.config import read_config_file
+        from engine.protocol.config_loading import read_config_file
 
         bad = [s for s in args.set if not s.startswith(("reward.", "play."))]
         if bad:
@@ -374,16 +359,14 @@ def main(argv: list[str] | None = None) -> int:
         elif extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return COMMANDS[args.command](args)
-    except SpadeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    except Exception:
-        traceback.print_exc()
-        print(BUG, file=sys.stderr)
-        return 1
+    except SystemExit:  # --help
+        raise
+    except BaseException as exc:  # the one place a command's failure is reported (trio's exception groups included)
+        from engine.protocol.transport import PeerGone  # a peer gone after its own failure: that failure is the cause
+
+        text, code = describe_failure(exc, consequences=(PeerGone,))
+        print(text, file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""In-loop evaluation during `up` (`[eval]`, engine/protocol/config_sections.py): every `eval.every` policy versions, and
+"""In-loop evaluation during `up` (`[eval]`, engine/protocol/config.py): every `eval.every` policy versions, and
 once more for the final one, the workers play a probe set with the newest policy.
 
     evaluation = InLoopEval(config, paths, seeds)

@@ -20,13 +20,14 @@ import sys
 
 import torch
 
+from engine.protocol.errors import RunFailed
 from engine.protocol.messages import Sample, sample_problem
 
 CHECK_EVERY_PUBLISH_PARAMS = 2_000_000_000
 
 
-class NonFiniteWeights(RuntimeError):
-    pass
+class NonFiniteWeights(RunFailed, RuntimeError):
+    """A parameter became NaN or infinite: the learner stops rather than publish it."""
 
 
 def vocab_size(model) -> int | None:

@@ -20,7 +20,7 @@ the mean over sequences) or a token mean per role. With `seq_filter`, a whole se
 leaves M when the geometric mean of k over its tokens, exp(mean log k), falls outside [seq_low, seq_high].
 
 The settings are `ObjectiveConfig`, the `[learner.objective]` table of engine/protocol/config.py (re-exported here);
-their ranges are checked with the rest of the config (`engine.protocol.config.check_config`), not on construction.
+their ranges are checked with the rest of the config (`engine.protocol.config_loading.check_config`), not on construction.
 
 On-policy (mu = pi_prox = pi_theta.detach()) every objective equals `plain_grpo_loss` in value and gradient.
 M depends only on proximal, behaviour and the caller's mask, so `effective_mask` gives the per-role token counts

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import msgspec
 
-from engine.protocol.config import OBJECTIVES, read_config_file
+from engine.protocol.config import OBJECTIVES
+from engine.protocol.config_loading import read_config_file
 from engine.protocol.errors import InputError, SpadeError
 from engine.protocol.messages import TrainBatch
 from engine.protocol.paths import RunPaths

@@ -29,7 +29,9 @@ from pathlib import Path
 import trio
 import zmq
 
-from engine.protocol.config import Config, read_config_file
+from engine.protocol.config import Config
+from engine.protocol.config_loading import read_config_file
+from engine.protocol.errors import UsageError, describe_failure
 from engine.protocol.lifeline import LEARNER_TOKEN_ENV, cancel_on_sigterm, cancel_when_engine_gone, engine_pid
 from engine.protocol.messages import EngineToLearner, LearnerFailed, LearnerHello, PolicyPublished, Shutdown, TrainBatch
 from engine.protocol.paths import RunPaths
@@ -142,7 +144,7 @@ def run_learner(run_dir: Path) -> None:
     dist = init_distributed(config.learner.device, gpus=config.learner.gpus)
     try:
         if dist.world_size != config.learner.world_size:
-            raise ValueError(
+            raise UsageError(
                 f"learner.world_size is {config.learner.world_size} but {dist.world_size} learner process(es) started: "
                 "start the learner with engine.peers.processes.learner_command(python, run_dir, learner.world_size)"
             )
@@ -169,8 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         run_learner(Path(args.run_dir))
-    except KeyboardInterrupt:
-        return 130
+    except BaseException as exc:  # reported as every entry point reports (engine/protocol/errors.py)
+        text, code = describe_failure(exc)
+        print(text, file=sys.stderr)
+        return code
     return 0
 
 

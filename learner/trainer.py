@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.protocol.config import LearnerConfig, check_learner
+from engine.protocol.config import LearnerConfig
+from engine.protocol.config_loading import check_learner
 from engine.protocol.messages import Sample
 from learner import checkpoint, guards
 from learner.distributed import Distributed, refuse_oversize, resolve_device, shard_model, split_by_tokens

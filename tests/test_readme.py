@@ -4,7 +4,7 @@ from pathlib import Path
 
 import msgspec
 
-from engine.protocol.config import load_config
+from engine.protocol.config_loading import load_config
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

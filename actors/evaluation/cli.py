@@ -26,7 +26,7 @@ from actors.evaluation.results import ResultsFile
 from actors.evaluation.runner import ModelRef, Progress, evaluate_model
 from actors.evaluation.suites import SUITES, load_suite
 from actors.evaluation.table import build_table, markdown
-from engine.protocol.errors import InputError, SpadeError, leaf_exceptions
+from engine.protocol.errors import InputError, describe_failure, leaf_exceptions
 
 BACKENDS = ("transformers", "vllm", "scripted", "oracle")
 
@@ -98,7 +98,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _config(args):
-    from engine.protocol.config import load_config
+    from engine.protocol.config_loading import load_config
 
     overrides = list(args.set)
     if args.backend in ("transformers", "vllm", "scripted"):
@@ -193,7 +193,7 @@ def run(args, default_model=None) -> int:
     state = {"interrupted": False}
     try:
         trio.run(_evaluate, models, suite, results, args, config, progress, state)
-    except BaseException as exc:  # trio wraps what its tasks raised in exception groups
+    except BaseException as exc:  # Ctrl-C still writes the table of what finished; anything else goes to main
         leaves = leaf_exceptions(exc)
         if not any(isinstance(e, KeyboardInterrupt) for e in leaves):
             raise
@@ -219,16 +219,7 @@ def main(argv: list[str] | None = None, prog: str = "actors.evaluation", default
     args = build_parser(prog).parse_args(argv)
     try:
         return run(args, default_model)
-    except SpadeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except BaseException as exc:
-        leaves = leaf_exceptions(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
-        errors = [e for e in leaves if isinstance(e, SpadeError)]
-        if errors and len(errors) == len(leaves):
-            print(f"error: {errors[0]}", file=sys.stderr)
-            return errors[0].exit_code
-        if any(isinstance(e, KeyboardInterrupt) for e in leaves):
-            print("\ninterrupted", file=sys.stderr)
-            return 130
-        raise
+    except BaseException as exc:  # reported as every entry point reports (engine/protocol/errors.py)
+        text, code = describe_failure(exc)
+        print(text, file=sys.stderr)
+        return code

@@ -25,6 +25,7 @@ from pathlib import Path
 import msgspec
 import trio
 
+from engine.protocol.errors import RunFailed
 from engine.protocol.messages import ReasoningGymTask
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ PROBLEM_TIMEOUT_S = 60.0
 SCORE_TIMEOUT_S = 10.0
 
 
-class ReasoningGymError(RuntimeError):
+class ReasoningGymError(RunFailed, RuntimeError):
     """A problem could not be made (unknown dataset, bad parameters, the process failed)."""
 
 

@@ -43,7 +43,7 @@ import trio
 
 from actors.inference.base import Generation, GenerationRequest, InferenceBackend
 from actors.inference.hf import is_adapter_folder, load_tokenizer, stop_token_ids
-from engine.protocol.errors import InputError
+from engine.protocol.errors import InputError, RunFailed
 
 INSTALL_HINT = "pip install -e '.[gpu]' on a GPU machine, or run from .venv-vllm (made by bin/test --vllm) on CPU"
 START_TIMEOUT_S = 1800.0  # building the engine (loading, compiling, profiling) may take this long
@@ -78,7 +78,7 @@ def _on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
-class WeightSyncError(RuntimeError):
+class WeightSyncError(RunFailed, RuntimeError):
     """A weight update into vLLM failed or timed out: the backend is unusable until the worker restarts."""
 
 

@@ -4,7 +4,9 @@
     play_main("env.py", seed=3, hint=None, actions=["\\boxed{1}"])   # plays in the sandbox, printing each turn
 
 Both run the environment in a sandbox pool at the strongest isolation this machine has (`isolation` forces a
-level, as `open_sandbox_pool` takes it); `play` runs no static check first, so the sandbox alone contains it.
+level, as `open_sandbox_pool` takes it); `play` runs no static check first, so the sandbox alone contains it. A
+sandbox that cannot start raises `SandboxUnavailable` (a `RunFailed`, possibly inside trio's exception group):
+engine/cli.py reports it as one line and exit 1, as every failure (engine/protocol/errors.py `describe_failure`).
 """
 
 import sys

@@ -1,4 +1,7 @@
-"""The sandbox's errors: what an environment did wrong (EpisodeFailed) and what the machine cannot do."""
+"""The sandbox's errors: what an environment did wrong (EpisodeFailed) and what the machine cannot do
+(SandboxUnavailable, a RunFailed of the one error tree, engine/protocol/errors.py: one line, exit 1)."""
+
+from engine.protocol.errors import RunFailed
 
 FAILURE_KINDS = ("error", "timeout", "crashed", "limit", "protocol", "invalid")
 DETAIL_CHARS = 2000
@@ -14,7 +17,7 @@ class EpisodeFailed(Exception):
         super().__init__(f"{kind}: {self.detail}")
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(RunFailed, RuntimeError):
     """No worker could be started at the requested isolation level (an infrastructure problem)."""
 
 

@@ -103,7 +103,7 @@ def start_workers(address: str, n: int, tag: str) -> list[subprocess.Popen]:
 def run_engine(root: Path, args) -> dict:
     import trio
 
-    from engine.protocol.config import dump_config, load_config
+    from engine.protocol.config_loading import dump_config, load_config
     from engine.peers.dispatch import Dispatcher
     from engine.metrics.live import LiveView
     from engine.protocol.paths import RunPaths

@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable
 
 from engine.protocol.config import Config
-from engine.protocol.config_sections import MAX_DRAWS
+from engine.protocol.config import MAX_DRAWS
 from engine.protocol.messages import (
     DesignResult,
     DesignTask,

@@ -63,7 +63,7 @@ def environment_lines(store, paths: RunPaths, env_id: str, skipped: list) -> lis
 def _passage(paths: RunPaths, passage_id: str) -> str:
     if not passage_id:
         return ""
-    from engine.protocol.config import ConfigError, read_config_file
+    from engine.protocol.config_loading import ConfigError, read_config_file
     from engine.curriculum import load_corpus
 
     try:

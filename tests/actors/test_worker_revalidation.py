@@ -6,7 +6,7 @@ import trio
 
 from actors.revalidate import revalidate
 from actors.sandbox import open_sandbox_pool
-from engine.protocol.config import load_config
+from engine.protocol.config_loading import load_config
 from engine.protocol.messages import ValidateTask
 
 PICK = (Path(__file__).parents[1] / "e2e" / "data" / "pick_env.py").read_text()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.protocol.config import dump_config, load_config
+from engine.protocol.config_loading import dump_config, load_config
 from storage.records import EnvironmentRecord
 from storage.store import Store
 

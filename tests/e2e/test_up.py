@@ -249,7 +249,7 @@ def test_an_extra_worker_attaches_to_a_running_engine(tiny_model_path, tmp_path,
 
 
 def test_a_worker_without_an_engine_says_so(tiny_model_path, tmp_path):
-    from engine.protocol.config import dump_config, load_config
+    from engine.protocol.config_loading import dump_config, load_config
     from engine.protocol.paths import RunPaths
 
     paths = RunPaths(tmp_path / "run")

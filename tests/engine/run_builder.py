@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from engine.protocol.config import dump_config, load_config
+from engine.protocol.config_loading import dump_config, load_config
 from engine.protocol.messages import Sample, TurnRecord, pack_floats, pack_ints, pack_mask
 from engine.protocol.paths import RunPaths
 from storage.records import (

@@ -1,10 +1,11 @@
-"""The command line: subcommands parse as a user types them."""
+"""The command line: subcommands parse as a user types them; every failure is reported in one place (main)."""
 
 from pathlib import Path
 
 import pytest
 
-from engine.cli import main
+from engine.cli import COMMANDS, main
+from engine.protocol.errors import BUG, RunFailed
 
 PICK = str(Path(__file__).parents[1] / "e2e" / "data" / "pick_env.py")
 
@@ -45,3 +46,23 @@ def test_bad_learner_setting_fails_up_before_anything_is_written(tmp_path, capsy
     assert captured.err.splitlines() == [message]
     assert captured.out == ""
     assert not run_dir.exists()
+
+
+def test_a_bug_prints_its_traceback_and_asks_for_a_report(monkeypatch, capsys):
+    def broken(args):
+        raise KeyError("missing")
+
+    monkeypatch.setitem(COMMANDS, "report", broken)
+    assert main(["report", "/nowhere"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "KeyError: 'missing'" in err
+    assert err.rstrip().endswith(BUG)
+
+
+def test_a_failure_inside_trio_s_exception_group_is_one_line(monkeypatch, capsys):
+    def failed(args):
+        raise ExceptionGroup("nursery", [RunFailed("the learner failed")])
+
+    monkeypatch.setitem(COMMANDS, "report", failed)
+    assert main(["report", "/nowhere"]) == 1
+    assert capsys.readouterr().err == "error: the learner failed\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from engine.protocol.config import load_config
+from engine.protocol.config_loading import load_config
 from engine.curriculum import load_seeds
 from engine.evaluation import InLoopEval, append_row, eval_row, eval_tasks
 from engine.protocol.messages import PlayResult, Sample, TaskFailed, decode_reasoning_gym_task, pack_ints

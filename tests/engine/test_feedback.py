@@ -173,7 +173,7 @@ def test_learning_progress_reads_the_earlier_windows_from_the_store(store):
 def test_the_default_preset_gives_two_valid_designs_of_one_skill_a_non_zero_designer_advantage(tmp_path):
     """Two designs share a skill at every refresh of the default preset, so the per-skill centring leaves a signal
     when their regrets differ (with one design a skill, as before, every designer advantage was 0)."""
-    from engine.protocol.config import load_config
+    from engine.protocol.config_loading import load_config
     from engine.curriculum import active_skills, slot_skills
 
     config = load_config(preset="default")

@@ -1,4 +1,4 @@
-from engine.protocol.config import load_config
+from engine.protocol.config_loading import load_config
 from engine.curriculum import ActiveEnv
 from engine.protocol.messages import PlayResult, TaskFailed, TurnRecord
 from engine.plays import play_tasks, store_plays

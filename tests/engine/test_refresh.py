@@ -3,7 +3,7 @@ import random
 import msgspec
 import trio
 
-from engine.protocol.config import load_config
+from engine.protocol.config_loading import load_config
 from engine.curriculum import Passage, PassageSampler, SeedEnvironment
 from engine.protocol.messages import DesignResult, DesignTask, TaskFailed
 from engine.refresh import Designs, design_id, design_record, designer_trajectory

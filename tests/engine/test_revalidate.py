@@ -2,7 +2,7 @@
 
 import trio
 
-from engine.protocol.config import load_config
+from engine.protocol.config_loading import load_config
 from engine.protocol.messages import TaskFailed, ValidateResult, ValidateTask
 from engine.refresh import design_record
 from engine.revalidate import revalidate_designs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from engine.protocol.config import load_config
+from engine.protocol.config_loading import load_config
 from engine.protocol.messages import Sample, decode_reasoning_gym_task
 from engine.rlve import SlidingWindow, rlve_refresh
 from storage.records import TrajectoryRecord

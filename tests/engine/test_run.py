@@ -1,4 +1,4 @@
-from engine.protocol.config import load_config
+from engine.protocol.config_loading import load_config
 from engine.metrics.live import LiveView
 from engine.protocol.messages import Sample
 from engine.protocol.paths import RunPaths

@@ -19,7 +19,8 @@ import torch
 import trio
 import zmq
 
-from engine.protocol.config import Config, LearnerConfig, ObjectiveConfig, PlayConfig, check_config, dump_config
+from engine.protocol.config import Config, LearnerConfig, ObjectiveConfig, PlayConfig
+from engine.protocol.config_loading import check_config, dump_config
 from engine.protocol.messages import LearnerHello, LearnerToEngine, PolicyPublished, Sample, Shutdown, TrainBatch
 from engine.protocol.paths import RunPaths
 from engine.protocol.transport import open_socket

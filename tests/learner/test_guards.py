@@ -6,7 +6,8 @@ import msgspec
 import pytest
 import torch
 
-from engine.protocol.config import LearnerConfig, load_config
+from engine.protocol.config import LearnerConfig
+from engine.protocol.config_loading import load_config
 from engine.protocol.messages import TrainBatch
 from engine.protocol.paths import RunPaths
 from learner.guards import NonFiniteWeights

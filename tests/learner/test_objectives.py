@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from engine.protocol.config import Config, ConfigError, LearnerConfig, check_config
+from engine.protocol.config import Config, LearnerConfig
+from engine.protocol.config_loading import ConfigError, check_config
 from learner.logprobs import logprobs_from_logits
 from learner.objectives import ObjectiveConfig, aggregate, effective_mask, plain_grpo_loss, token_losses
 
@@ -248,7 +249,8 @@ def test_the_paper_presets_aggregation_is_the_references_per_sample_mean_by_hand
     """Two designer samples (one skill, raw rewards 0.8 and 0.3, the reference's scale 32 = min(192/24*4, 50)) and
     three agent samples, on-policy under TIS (cap 2): the loss is (1/5) sum_i mean_t(-A_i) and d loss / d logp of
     row i's tokens is -A_i / (n_i * 5), both roles together."""
-    from engine.protocol.config import RewardConfig, load_config
+    from engine.protocol.config import RewardConfig
+    from engine.protocol.config_loading import load_config
     from engine.rewards import designer_advantages, designer_scale
 
     learner = load_config("paper").learner

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from engine.protocol.config import ConfigError, LearnerConfig, ObjectiveConfig
+from engine.protocol.config import LearnerConfig, ObjectiveConfig
+from engine.protocol.config_loading import ConfigError
 from engine.protocol.messages import Sample
 from learner.trainer import Trainer
 from engine.protocol.messages import pack_floats, pack_ints, pack_mask
@@ -110,7 +111,7 @@ def test_learning_rate_is_logged_per_update(tiny_model_path):
 
 
 def test_bad_learner_config_is_named():
-    """A hand-built LearnerConfig gets the config's own checks (engine.protocol.config.check_learner) before any loading."""
+    """A hand-built LearnerConfig gets the config's own checks (engine.protocol.config_loading.check_learner) before any loading."""
     with pytest.raises(ConfigError, match=r"^learner.mini_batches must be at least 1 \(got 0\)$"):
         Trainer("unused", LearnerConfig(mini_batches=0))
     with pytest.raises(ConfigError, match=r"^learner.total_steps \(2\) must exceed learner.warmup_steps \(2\), or be 0 for no decay$"):
@@ -162,7 +163,7 @@ def test_the_paper_learner_is_a_per_sample_mean_over_both_roles(tiny_model_path)
     import msgspec
     from transformers import AutoModelForCausalLM
 
-    from engine.protocol.config import load_config
+    from engine.protocol.config_loading import load_config
     from learner.logprobs import token_logprobs
     from engine.protocol.messages import unpack_ints, unpack_mask
 

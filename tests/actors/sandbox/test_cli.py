@@ -67,3 +67,20 @@ def test_play_reports_a_failing_environment(tmp_path, capsys):
     path.write_text(GUESS_SOURCE.replace("self.turn += 1", "raise RuntimeError('boom')"))
     assert play_main(str(path), seed=0, hint=None, actions=["\\boxed{1}"]) == 1
     assert "the environment failed (error): " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["validate", "play"])
+def test_a_sandbox_that_cannot_start_is_one_line_and_exit_1(guess_file, capsys, monkeypatch, command):
+    """Every isolation level fails to start (as on a machine that cannot run the sandbox): one line, no traceback."""
+    from actors.sandbox.pool import SandboxPool, SandboxUnavailable
+    from engine.cli import main
+
+    async def cannot_start(self, command, wrapped, scratch=False):
+        raise SandboxUnavailable("the worker did not start: refused by the test")
+
+    monkeypatch.setattr(SandboxPool, "_spawn", cannot_start)
+    assert main([command, str(guess_file), *(["\\boxed{1}"] if command == "play" else [])]) == 1
+    captured = capsys.readouterr()
+    assert len(captured.err.splitlines()) == 1, captured.err
+    assert captured.err.startswith("error: no sandbox worker could be started (") and "refused by the test" in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""

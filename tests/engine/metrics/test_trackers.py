@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from engine.protocol.config import load_config
+from engine.protocol.config_loading import load_config
 from engine.protocol.paths import RunPaths
 from engine.metrics.trackers import close_trackers, log_to_trackers, scalars
 

@@ -4,11 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.protocol.config import (
-    Config,
+from engine.protocol.config import Config, LearnerConfig, ObjectiveConfig
+from engine.protocol.config_loading import (
     ConfigError,
-    LearnerConfig,
-    ObjectiveConfig,
     check_config,
     check_learner,
     dump_config,
@@ -58,7 +56,7 @@ def test_paper_preset_resolves_to_the_reference_values():
 
 
 def test_presets_combine_left_to_right_and_every_ablation_is_an_overlay():
-    from engine.protocol.config import PRESETS
+    from engine.protocol.presets import PRESETS
 
     assert set(PRESETS) >= {"default", "paper", "no-corpus", "no-memory", "frozen-designer", "solve-rate", "learning-progress", "two-skills", "fixed-envs"}
     both = load_config("paper,frozen-designer,no-memory")
@@ -77,7 +75,7 @@ def test_presets_combine_left_to_right_and_every_ablation_is_an_overlay():
 
 def test_up_help_lists_every_preset(monkeypatch):
     from engine.cli import build_parser
-    from engine.protocol.config import PRESETS
+    from engine.protocol.presets import PRESETS
 
     monkeypatch.setenv("COLUMNS", "1000")  # one line per option: no name is wrapped at its hyphen
     up = build_parser()._subparsers._group_actions[0].choices["up"]
@@ -100,14 +98,31 @@ def test_round_trip_through_toml(tmp_path):
         ('run.steps="three"', r"^bad config value: Expected `int`, got `str` - at `run\.steps`$"),
         ("play.max_turns=0", r"^play\.max_turns must be at least 1 \(got 0\)$"),
         ("play.edit_draws=0", r"^play\.edit_draws must be at least 1 \(got 0\)$"),
-        ("play.edit_draws=17", r"play\.edit_draws <= 16$"),
+        ("play.edit_draws=17", r"^play\.edit_draws must be at most 16 \(got 17\)$"),
         ("steps", r"^--set 'steps': expected section\.key=value"),
         ("reward.designer_reward=best", r"^bad config value: Invalid enum value 'best' - at `reward\.designer_reward`$"),
+        # every section is checked the same way, [eval] and [rlve] included
+        ("eval.every=-1", r"^eval\.every must be >= 0 \(got -1\)$"),
+        ("eval.episodes=0", r"^eval\.episodes must be at least 1 \(got 0\)$"),
+        ("rlve.window=0", r"^rlve\.window must be at least 1 \(got 0\)$"),
+        ("rlve.accuracy=1.5", r"^rlve\.accuracy must be in \(0, 1\] \(got 1\.5\)$"),
+        ("curriculum.edit_share=-0.5", r"^curriculum\.edit_share must be in \[0, 1\] \(got -0\.5\)$"),
+        ("worker.count=-1", r"^worker\.count must be >= 0 \(got -1\)$"),
+        ("run.minutes=-1", r"^run\.minutes must be >= 0 \(got -1\.0\)$"),
     ],
 )
 def test_bad_input_names_the_field(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(overrides=[override])
+
+
+def test_a_run_written_with_the_removed_log_every_turn_still_reads(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text(dump_config(Config()).replace("[run]\n", "[run]\nlog_every_turn = false\n"))
+    assert "log_every_turn" in path.read_text()
+    assert read_config_file(path) == Config()
+    with pytest.raises(ConfigError, match=r"^unknown config key run\.log_every_turn"):
+        load_config(overrides=["run.log_every_turn=true"])  # a new run may not name it
 
 
 def test_missing_config_file(tmp_path):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from engine.cli import main
-from engine.protocol.config import read_config_file
+from engine.protocol.config_loading import read_config_file
 from engine.tools.rescore import rescore
 from storage.store import Store
 

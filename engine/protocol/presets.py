@@ -1,44 +1,14 @@
-"""The `[eval]` and `[rlve]` config sections, the `rlve` preset, and the `paper` preset with the ablation overlays
-(`PAPER`, `ABLATIONS`; engine/protocol/config.py's PRESETS names them). Part of the protocol layer, beside config.py
-(which holds the sections in `Config`), kept here so config.py stays within its size. Range checks run when the config is
-read (`__post_init__`), so a bad value is a one-line `ConfigError` like any other.
+"""The presets `--preset NAME[,NAME...]` names: overlays of config data (plain dicts, as a TOML file would give)
+merged left to right over the defaults by engine/protocol/config_loading.py (`resolve_preset`).
 
-[eval]: in-loop evaluation during `up` (engine/evaluation.py): every `every` learner updates the workers play a probe
-set with the newest policy; the plays are never stored as trajectories nor trained on, and their win rates go to
-metrics.jsonl (rows with an "eval" key) and the report.
-
-[rlve]: the fixed-environment RLVE baseline (engine/rlve.py, `--preset rlve`): Reasoning-Gym datasets played as
-training environments, each with RLVE's sliding-window difficulty controller.
+    default      the schema's defaults (engine/protocol/config.py), sized for 2 CPU cores
+    paper        the paper's schedule and the reference code's choices, every value spelled out
+    ABLATIONS    the paper's ablations, each an overlay that changes only what it removes
+    rlve         the fixed-environment RLVE baseline: Reasoning-Gym tasks, sliding-window difficulty
+    tool-use     the tool-use setting at the reference's 8B/30B schedule
 """
 
 from __future__ import annotations
-
-from typing import Literal
-
-import msgspec
-
-
-class Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    pass
-
-
-class EvalConfig(Section):
-    every: int = 0  # evaluate every N learner updates (policy versions), and once more at the end; 0: off
-    # envs: the environments in `path` (a folder of .py files, manifest.json optional; empty: the seeds), win = return > 0;
-    # rg-hard: the Reasoning-Gym hard configurations of `datasets` (empty: all 100), 2 turns, win = score >= 1.
-    suite: Literal["envs", "rg-hard"] = "envs"
-    path: str = ""
-    datasets: list[str] = msgspec.field(default_factory=list)
-    episodes: int = 2  # plays per environment (dataset) at each evaluation
-    max_tokens: int = 0  # rg-hard: new tokens per turn; 0: play.agent_max_tokens (envs always play with [play])
-    temperature: float = 0.6  # rg-hard: the SPADE evaluation's temperature (envs: play.agent_temperature)
-
-    def __post_init__(self):
-        if self.every < 0 or self.episodes < 1 or self.max_tokens < 0:
-            raise ValueError("eval.every and eval.max_tokens must be >= 0 and eval.episodes >= 1")
-
-
-MAX_DRAWS = 16  # play.edit_draws at most (and a DesignResult's draws: engine/peers/result_checks.py)
 
 # The Reasoning-Gym datasets of the default RLVE run: ones with a difficulty curriculum, across the four families.
 RLVE_TASKS = [
@@ -47,17 +17,6 @@ RLVE_TASKS = [
     "binary_alternation", "number_filtering", "caesar_cipher", "mini_sudoku", "maze", "tower_of_hanoi",
     "propositional_logic", "syllogism", "arc_1d", "color_cube_rotation", "number_sequence",
 ]
-
-
-class RlveConfig(Section):
-    tasks: list[str] = msgspec.field(default_factory=list)  # Reasoning-Gym datasets played as environments; empty: off
-    accuracy: float = 0.9  # tau_acc: a task's top difficulty rises once its accuracy at that difficulty reaches this
-    window: int = 128  # tau_num: plays at the top difficulty that decide (then the count starts again)
-    difficulty_step: int = 4  # d_Delta: problems are drawn from the top d_Delta difficulties reached (a sliding window)
-
-    def __post_init__(self):
-        if not 0.0 < self.accuracy <= 1.0 or self.window < 1 or self.difficulty_step < 1:
-            raise ValueError("rlve.accuracy must be in (0, 1], rlve.window and rlve.difficulty_step at least 1")
 
 
 # `--preset rlve` (the reference's train_fixed_rlve_* launchers: no designer, actor temperature 1.0; every step a
@@ -122,11 +81,23 @@ ABLATIONS = {
 # KL 0.005, all six skills active. `up --setting tool-use` sets only the setting and the skills.
 TOOL_USE_SKILLS = ["API Orchestration", "Data Retrieval", "State Modification", "Error Recovery", "Tool Selection",
                    "Multi-Step Workflows"]
-TOOL_USE_SETTING = {"curriculum": {"setting": "tool_use", "skills": TOOL_USE_SKILLS}}
 TOOL_USE_PRESET = {
     "curriculum": {"setting": "tool_use", "skills": TOOL_USE_SKILLS, "skills_per_refresh": 6, "envs_per_step": 24,
                    "refresh_interval": 8, "design_attempts": 5, "max_passage_words": 4000},
     "play": {"plays_per_env": 8, "hint_plays_per_env": 16, "max_turns": 25, "tool_timeout_s": 30.0},
     "reward": {"designer_reward": "blend"},
     "learner": {"objective": {"kl_coef": 0.005}},
+}
+
+
+# `--preset NAME[,NAME...]`: the presets merge left to right over the defaults. The ablations (spade-reference.md
+# section 11) are overlays that change only what the ablation removes, so alone they run at the default's CPU size
+# and `--preset paper,NAME` is the paper-scale ablation (`paper,frozen-designer,no-memory` is the paper's
+# "no designer training, no memory" arm).
+PRESETS: dict[str, dict] = {
+    "default": {},
+    "paper": PAPER,
+    **ABLATIONS,
+    "rlve": RLVE_PRESET,  # the fixed-environment RLVE baseline: Reasoning-Gym tasks, sliding-window difficulty
+    "tool-use": TOOL_USE_PRESET,  # the tool-use setting at the reference's 8B/30B schedule
 }
