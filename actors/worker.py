@@ -89,7 +89,7 @@ def _local_dir(opts: WorkerOptions, key: WorkerKey | None) -> Path:
 
 async def run_worker(opts: WorkerOptions) -> None:
     from actors.inference.base import build_backend
-    from actors.sandbox import open_sandbox_pool
+    from actors.sandbox import SandboxSettings, open_sandbox_pool
 
     worker_id = opts.worker_id
     paths = RunPaths(opts.run_dir) if opts.run_dir is not None else None
@@ -132,17 +132,7 @@ async def run_worker(opts: WorkerOptions) -> None:
             await trio.to_thread.run_sync(backend.load_weights, adapter, start_version)
         elif start_version:
             backend.policy_version = start_version  # it started from that version's full model
-        sandbox = config.sandbox
-        async with open_sandbox_pool(
-            workers=sandbox.workers,
-            step_timeout_s=sandbox.step_timeout_s,
-            episode_timeout_s=sandbox.episode_timeout_s,
-            memory_mb=sandbox.memory_mb,
-            cpu_seconds=sandbox.cpu_seconds,
-            max_output_bytes=sandbox.max_output_bytes,
-            episodes_per_worker=sandbox.episodes_per_worker,
-            isolation=sandbox.isolation,
-        ) as pool:
+        async with open_sandbox_pool(SandboxSettings.from_config(config.sandbox)) as pool:
             await _serve(sock, nursery, opts, config, backend, pool, fetcher, address)
 
 
