@@ -1,4 +1,5 @@
-"""The Reasoning Agent: plays one environment episode in the sandbox, turn by turn, and returns its trajectory.
+"""The Reasoning Agent: plays one environment episode in the sandbox, turn by turn, and returns its trajectory
+(`play_episode` hands a task to its setting's runner, actors/settings.py; a game's is `play_game_episode`).
 
 First turn: the reference's player prompt around the first observation (with `HINT: ...` appended on the hint
 arm), or with `play.agent_prompt = "answer"` one asking for the action only; later turns: the raw observation.
@@ -18,6 +19,7 @@ from actors.chat import ChatContext
 from actors.parsing import parse_action
 from actors.prompts import agent_first_message
 from actors.sandbox import EpisodeFailed
+from actors.settings import SETTINGS
 from engine.protocol.messages import PlayResult, PlayTask, TurnRecord
 
 
@@ -28,10 +30,11 @@ def episode_return(last_reward: float, terminated: bool) -> float:
 
 
 async def play_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config, worker_id: str) -> PlayResult:
-    if task.setting == "tool_use":  # the tool-use setting's episode: tool calls, then an answer (actors/tool_use)
-        from actors.tool_use.agent import play_tool_episode
+    """One episode of `task` as its setting plays it (a game here; tool use in actors/tool_use/agent.py)."""
+    return await SETTINGS[task.setting].play(task, batcher=batcher, pool=pool, tokenizer=tokenizer, play_config=play_config, worker_id=worker_id)
 
-        return await play_tool_episode(task, batcher=batcher, pool=pool, tokenizer=tokenizer, play_config=play_config, worker_id=worker_id)
+
+async def play_game_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config, worker_id: str) -> PlayResult:
     started = time.perf_counter()
     chat = ChatContext(tokenizer)
     turns: list[TurnRecord] = []

@@ -25,16 +25,14 @@ from actors.chat import ChatContext
 from actors.parsing import clean_hint, extract_code
 from actors.edits import numbers, parse_numbers, with_numbers
 from actors.prompts import (
-    DESIGNER_SYSTEM,
     HINT_SYSTEM,
     NUMBERS_PREFILL,
-    designer_user_message,
     edit_numbers_message,
     edit_user_message,
     hint_user_message,
 )
-from actors.tool_use import prompts as tool_prompts  # the tool-use setting's designer and hint prompts
 from actors.sandbox import validate_environment
+from actors.settings import SETTINGS
 from engine.protocol.contract import code_fingerprint
 from engine.protocol.messages import DesignResult, DesignTask
 
@@ -64,8 +62,8 @@ async def write_hint(code: str, *, batcher, tokenizer, play_config, system: str 
 
 async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play_config, worker_id: str) -> DesignResult:
     started = time.perf_counter()
-    tool_use = task.setting == "tool_use"
-    chat = ChatContext(tokenizer, system=tool_prompts.DESIGNER_SYSTEM if tool_use else DESIGNER_SYSTEM)
+    setting = SETTINGS[task.setting]  # its designer and hint prompts (actors/settings.py)
+    chat = ChatContext(tokenizer, system=setting.designer_system)
     prefill, max_tokens, temperature = play_config.designer_prefill, play_config.designer_max_tokens, play_config.designer_temperature
     found = numbers(task.parent.code) if task.parent is not None and task.edit_mode == "numbers" else []
     if found:  # a number edit: new values for the parent's integer constants (a parent with none gets a code edit)
@@ -73,11 +71,8 @@ async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play
         prefill, max_tokens, temperature = NUMBERS_PREFILL, min(max_tokens, 8 + 4 * len(found)), play_config.edit_temperature
     elif task.parent is not None:  # a code edit: the whole code of a variant
         prompt = edit_user_message(task)
-    elif tool_use:
-        prompt = tool_prompts.designer_user_message(task)
     else:
-        prompt = designer_user_message(task, partial_rewards=play_config.partial_rewards, max_turns=VALIDATION_MAX_TURNS,
-                                       play_turns=play_config.max_turns)
+        prompt = setting.design_prompt(task, play_config, VALIDATION_MAX_TURNS)
     chat.add_user(prompt, prefill=prefill)
     request = chat.request("designer", max_new_tokens=max_tokens, temperature=temperature, play_config=play_config)
     tokens, draws, parent = 0, 0, code_fingerprint(task.parent.code) if found else None
@@ -95,7 +90,7 @@ async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play
     if verdict.valid:
         code = verdict.source
         hint, hint_tokens = await write_hint(code, batcher=batcher, tokenizer=tokenizer, play_config=play_config,
-                                             system=tool_prompts.HINT_SYSTEM if tool_use else HINT_SYSTEM)
+                                             system=setting.hint_system)
         tokens += hint_tokens
         if hint:
             verdict = await validate_environment(pool, code, hint=hint, max_turns=VALIDATION_MAX_TURNS, quality_checks=quality)

@@ -15,20 +15,15 @@ import time
 import traceback
 
 from actors.designer import VALIDATION_MAX_TURNS
-from actors.sandbox import open_sandbox_pool, validate_environment
+from actors.sandbox import SandboxSettings, open_sandbox_pool, validate_environment
 from engine.protocol.messages import TaskFailed, ValidateResult, ValidateTask
 
 
 async def revalidate(task: ValidateTask, *, pool, config, worker_id: str) -> ValidateResult:
     started = time.perf_counter()
-    sandbox = config.sandbox
     options = dict(hint=task.hint or None, max_turns=VALIDATION_MAX_TURNS, quality_checks=config.play.quality_checks)
     if task.author == worker_id:
-        async with open_sandbox_pool(
-            workers=1, step_timeout_s=sandbox.step_timeout_s, episode_timeout_s=sandbox.episode_timeout_s,
-            memory_mb=sandbox.memory_mb, cpu_seconds=sandbox.cpu_seconds, max_output_bytes=sandbox.max_output_bytes,
-            episodes_per_worker=sandbox.episodes_per_worker, isolation=sandbox.isolation,
-        ) as fresh:
+        async with open_sandbox_pool(SandboxSettings.from_config(config.sandbox, workers=1)) as fresh:
             verdict = await validate_environment(fresh, task.code, **options)
     else:
         verdict = await validate_environment(pool, task.code, **options)

@@ -39,7 +39,6 @@ from engine.protocol.keys import (
 )
 from engine.protocol.lifeline import cancel_on_sigterm, cancel_when_engine_gone, engine_pid
 from engine.protocol.messages import (
-    REASONING_GYM_PREFIX,
     DesignTask,
     EngineToWorker,
     FetchFailed,
@@ -89,7 +88,7 @@ def _local_dir(opts: WorkerOptions, key: WorkerKey | None) -> Path:
 
 async def run_worker(opts: WorkerOptions) -> None:
     from actors.inference.base import build_backend
-    from actors.sandbox import open_sandbox_pool
+    from actors.sandbox import SandboxSettings, open_sandbox_pool
 
     worker_id = opts.worker_id
     paths = RunPaths(opts.run_dir) if opts.run_dir is not None else None
@@ -132,25 +131,15 @@ async def run_worker(opts: WorkerOptions) -> None:
             await trio.to_thread.run_sync(backend.load_weights, adapter, start_version)
         elif start_version:
             backend.policy_version = start_version  # it started from that version's full model
-        sandbox = config.sandbox
-        async with open_sandbox_pool(
-            workers=sandbox.workers,
-            step_timeout_s=sandbox.step_timeout_s,
-            episode_timeout_s=sandbox.episode_timeout_s,
-            memory_mb=sandbox.memory_mb,
-            cpu_seconds=sandbox.cpu_seconds,
-            max_output_bytes=sandbox.max_output_bytes,
-            episodes_per_worker=sandbox.episodes_per_worker,
-            isolation=sandbox.isolation,
-        ) as pool:
+        async with open_sandbox_pool(SandboxSettings.from_config(config.sandbox)) as pool:
             await _serve(sock, nursery, opts, config, backend, pool, fetcher, address)
 
 
 async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetcher: PolicyFetcher, address: str) -> None:
     """Hello, then every task until Shutdown: the worker once its backend and sandbox pool are up."""
-    from actors.agent import play_episode
     from actors.designer import design_environment
     from actors.inference.batcher import Batcher
+    from actors.settings import for_play
 
     worker_id = opts.worker_id
     batcher = Batcher(backend, max_batch=config.inference.max_batch, wait_s=config.inference.batch_wait_s)
@@ -186,12 +175,8 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
         try:
             if isinstance(task, DesignTask):
                 result = await design_environment(task, **common)
-            elif task.code.startswith(REASONING_GYM_PREFIX):  # a Reasoning-Gym problem (RLVE, rg-hard eval): no sandbox
-                from actors.evaluation.rg_play import play_reasoning_gym
-
-                result = await play_reasoning_gym(task, **common)
-            else:
-                result = await play_episode(task, **common)
+            else:  # a game, a tool-use episode or a Reasoning-Gym problem (RLVE, rg-hard eval: no sandbox)
+                result = await for_play(task).play(task, **common)
         except Exception as exc:  # isolation boundary: one task fails, the worker goes on
             detail = "".join(traceback.format_exception_only(exc)).strip()
             print(f"[{worker_id}] task {task.task_id} failed: {detail}", file=sys.stderr, flush=True)

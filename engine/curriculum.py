@@ -3,8 +3,8 @@
 - `active_skills(skills, per_refresh, refresh_index)`: deterministic round-robin, as the reference
   (epoch e uses skills[(e * n) mod len ...]).
 - `load_corpus(path)`: JSONL with a `text` or `orig_doc` field, or a folder of `.txt` files; the shipped
-  default is `engine/data/corpus.jsonl`.
-- `load_seeds()`: the hand-written environments in `actors/seeds/` with their hints: three levels a skill (easy
+  default is engine/protocol/data/corpus.jsonl (`DEFAULT_CORPUS`, engine/protocol/paths.py).
+- `load_seeds()`: the hand-written environments in engine/protocol/data/seeds/ (`SEEDS_DIR`) with their hints: three levels a skill (easy
   ones a 135M model sometimes wins, so that groups of plays have variance from the first step; medium; hard).
 - `load_environment_folder(folder)`: a fixed pool of any size (`curriculum.fixed_envs`): every `.py` file, with
   skill and hint from `manifest.json` where it lists the file; `pool_draw(...)` samples it without replacement
@@ -21,11 +21,8 @@ import msgspec
 
 from engine.protocol.contract import env_class_name
 from engine.protocol.errors import InputError
+from engine.protocol.paths import DEFAULT_CORPUS, SEEDS_DIR
 from storage.records import EnvironmentRecord
-
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_CORPUS = REPO / "engine" / "data" / "corpus.jsonl"
-SEEDS_DIR = REPO / "actors" / "seeds"
 
 SKILL_DESCRIPTIONS = {
     "Mathematical Reasoning": "solving mathematical problems and equations",

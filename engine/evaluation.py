@@ -25,7 +25,7 @@ from pathlib import Path
 import trio
 
 from engine.protocol.config import Config
-from engine.curriculum import REPO, SeedEnvironment, load_environment_folder
+from engine.curriculum import SeedEnvironment, load_environment_folder
 from engine.protocol.messages import (
     PlayResult,
     PlayTask,
@@ -33,10 +33,8 @@ from engine.protocol.messages import (
     encode_reasoning_gym_task,
     unpack_ints,
 )
-from engine.protocol.paths import RunPaths
+from engine.protocol.paths import RG_HARD_FILE, RunPaths
 from engine.protocol.stats import wilson
-
-RG_HARD = REPO / "actors" / "evaluation" / "data" / "reasoning_gym_hard.json"
 
 
 def eval_tasks(config: Config, version: int, seeds: list[SeedEnvironment]) -> tuple[list[PlayTask], dict[str, str]]:
@@ -45,7 +43,7 @@ def eval_tasks(config: Config, version: int, seeds: list[SeedEnvironment]) -> tu
     e = config.eval
     tasks, groups = [], {}
     if e.suite == "rg-hard":
-        configs = json.loads(RG_HARD.read_text())["datasets"]
+        configs = json.loads(RG_HARD_FILE.read_text())["datasets"]
         for name in e.datasets or list(configs):
             if name not in configs:
                 raise ValueError(f"eval.datasets: {name!r} is not an rg-hard dataset")

@@ -203,7 +203,7 @@ class Designs:
     def reuse(self, skill: str, taken: set[str]) -> ActiveEnv | None:
         """An earlier valid environment of this skill not already active (else any seed): the one whose group of plays
         is likeliest to have variance, the highest p(1 - p) for its expected win rate p. A designed environment's p is
-        its win rate in memory (its refresh's unhinted plays), a seed's its level's (actors/seeds/manifest.json), and
+        its win rate in memory (its refresh's unhinted plays), a seed's its level's (engine/protocol/data/seeds/manifest.json), and
         p is REUSE_UNKNOWN_WIN_RATE when neither is known. Ties: the newest designed one, then a seed at random."""
         valid = [e for e in self.store.environments() if e.valid and e.env_id not in taken and e.env_id not in self.retired]
         candidates = [e for e in valid if e.skill == skill] or [e for e in valid if e.source == "seed"]

@@ -36,13 +36,13 @@ import time
 import msgspec
 
 from engine.protocol.config import Config, RlveConfig
-from engine.curriculum import REPO, ActiveEnv, pool_draw
+from engine.curriculum import ActiveEnv, pool_draw
 from engine.protocol.messages import ReasoningGymTask, decode_reasoning_gym_task, encode_reasoning_gym_task
+from engine.protocol.paths import RG_HARD_FILE
 from storage.records import EnvironmentRecord
 from storage.store import Store
 
 ENV_PREFIX = "rlve-"
-RG_HARD = REPO / "actors" / "evaluation" / "data" / "reasoning_gym_hard.json"
 
 
 class TaskWindow(msgspec.Struct, array_like=True):
@@ -91,7 +91,7 @@ class SlidingWindow:
 def task_families() -> dict[str, str]:
     """Reasoning-Gym dataset -> the SPADE family (math, algorithmic, cognition, logic) of the rg-hard list."""
     try:
-        return {name: spec["category"] for name, spec in json.loads(RG_HARD.read_text())["datasets"].items()}
+        return {name: spec["category"] for name, spec in json.loads(RG_HARD_FILE.read_text())["datasets"].items()}
     except (OSError, ValueError, KeyError):
         return {}
 

@@ -5,7 +5,9 @@
 - `storage` imports the protocol layer and itself;
 - `engine` (the coordinator) imports the protocol layer, `storage` and itself, never `actors` or `learner`;
 - `actors` and `learner` import the protocol layer and themselves, never each other, never `storage`;
-- `engine` and `storage` never import torch, transformers, vllm or peft (so `--help` and the engine stay light).
+- `engine` and `storage` never import torch, transformers, vllm or peft (so `--help` and the engine stay light);
+- no module under `engine/` reaches into the `actors/` or `learner/` folder by file path either: data both sides read
+  lives in engine/protocol/data/ and is named in engine/protocol/paths.py.
 Each exception is listed in EXCEPTIONS with its reason.
 """
 
@@ -69,6 +71,7 @@ def imports_of(path: Path) -> list[tuple[str, int]]:
 
 
 def package_modules() -> list[Path]:
+    # the seed environments are data (sandboxed code the designer imitates), not modules of the packages
     return sorted(p for package in PACKAGES for p in (REPO / package).rglob("*.py") if "seeds" not in p.parts)
 
 
@@ -129,3 +132,62 @@ def test_engine_modules_do_not_import_torch_when_loaded():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+FOREIGN = ("actors", "learner")
+PATH_CALLS = ("Path", "PurePath", "joinpath", "join")  # Path(...), p.joinpath(...), os.path.join(...)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def foreign_paths(source: str, filename: str = "<source>") -> list[tuple[int, str]]:
+    """Where `source` names the actors/ or learner/ folder as a path: a string spelling "actors/..." (docstrings
+    aside; comments are not in the tree), or the bare folder name joined into a path (`REPO / "actors"`,
+    `Path("learner", ...)`, `os.path.join(..., "actors")`). The bare names alone are fine: "learner" is also a role."""
+    tree = ast.parse(source, filename=filename)
+    skip = _docstrings(tree)
+    found = []
+
+    def bare(node) -> bool:
+        return isinstance(node, ast.Constant) and node.value in FOREIGN
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            if any(node.value.startswith(f"{name}/") or f"/{name}/" in node.value for name in FOREIGN):
+                found.append((node.lineno, node.value))
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            found += [(side.lineno, side.value) for side in (node.left, node.right) if bare(side)]
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in PATH_CALLS:
+                found += [(arg.lineno, arg.value) for arg in node.args if bare(arg)]
+    return found
+
+
+def test_engine_does_not_reach_into_actors_or_learner_by_path():
+    modules = [p for p in package_modules() if p.relative_to(REPO).parts[0] == "engine"]
+    problems = [f"{p.relative_to(REPO)}:{line}: {text!r}" for p in modules for line, text in foreign_paths(p.read_text(), str(p))]
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    "line, caught",
+    [
+        ('SEEDS_DIR = REPO / "actors" / "seeds"', True),  # engine/curriculum.py before the seeds moved
+        ('RG_HARD = REPO / "actors" / "evaluation" / "data" / "reasoning_gym_hard.json"', True),
+        ('path = Path("learner", "checkpoint.py")', True),
+        ('path = os.path.join(REPO, "actors")', True),
+        ('path = REPO.joinpath("learner")', True),
+        ('path = Path(root) / "actors/seeds"', True),
+        ('argv = ["python", "-m", "learner.train"]', False),
+        ('role = "learner"', False),
+        ('def f():\n    """Reads actors/seeds/ (a docstring)."""\n    return 1  # actors/seeds in a comment', False),
+        ('SEEDS_DIR = DATA / "seeds"', False),
+    ],
+)
+def test_foreign_path_check_itself(line, caught):
+    assert bool(foreign_paths(line)) is caught

@@ -135,14 +135,9 @@ async def _run_code(item: Item, reply: str, pool) -> tuple[float, str | None, st
 
 
 def _open_pool(config, workers: int):
-    from actors.sandbox import open_sandbox_pool
+    from actors.sandbox import SandboxSettings, open_sandbox_pool
 
-    s = config.sandbox
-    return open_sandbox_pool(
-        workers=workers, step_timeout_s=s.step_timeout_s, episode_timeout_s=s.episode_timeout_s, memory_mb=s.memory_mb,
-        cpu_seconds=s.cpu_seconds, max_output_bytes=s.max_output_bytes, episodes_per_worker=s.episodes_per_worker,
-        isolation=s.isolation,
-    )
+    return open_sandbox_pool(SandboxSettings.from_config(config.sandbox, workers=workers))
 
 
 def result_key(model: ModelRef, suite: Suite, item: Item) -> tuple[str, str, str, str]:

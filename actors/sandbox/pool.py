@@ -13,44 +13,34 @@ interpreter's shared state or served `episodes_per_worker` episodes is killed an
 """
 
 import logging
-import math
 import os
 import tempfile
 import warnings
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
-
 import msgspec
 import trio
 
 from actors.sandbox import isolation, protocol
-from actors.sandbox.errors import FAILURE_KINDS, EpisodeFailed, IsolationWarning, SandboxUnavailable
+from actors.sandbox.episode import Episode, StepResult
+from actors.sandbox.errors import EpisodeFailed, IsolationWarning, SandboxUnavailable
 from actors.sandbox.isolation import (
-    ALLOWED_MODULES, REQUESTS, IsolationLevel, candidate_commands, find_interpreter, resolve_level, worker_source,
+    ALLOWED_MODULES, REQUESTS, STRONGEST, IsolationLevel, Wrapping, find_interpreter, resolve_level, worker_source,
 )
-from actors.sandbox.process import SCRATCH_PREFIX, SPIN_NS, WorkerGone, WorkerProcess
+from actors.sandbox.process import SCRATCH_PREFIX, WorkerGone, WorkerProcess
+from actors.sandbox.settings import SandboxSettings
 
 __all__ = [
     "EpisodeFailed", "Episode", "IsolationLevel", "IsolationWarning", "PoolStatistics", "SandboxPool",
-    "SandboxUnavailable", "StepResult", "open_sandbox_pool",
+    "SandboxSettings", "SandboxUnavailable", "StepResult", "open_sandbox_pool",
 ]
 
 START_TIMEOUT_S = 20.0
 END_TIMEOUT_S = 5.0
 FILE_SIZE_MB = 16
 OPEN_FILES = 64
-LOAD_SPIN_NS = 150_000  # loading a source the worker has compiled before takes about 60 us
 logger = logging.getLogger(__name__)
-
-
-class StepResult(msgspec.Struct, frozen=True):
-    observation: str
-    reward: float
-    terminated: bool
-    truncated: bool
-    info: dict[str, Any]
 
 
 class PoolStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,116 +54,6 @@ class PoolStatistics(msgspec.Struct, frozen=True, kw_only=True):
     workers_replaced: int
 
 
-class _Config(msgspec.Struct, frozen=True, kw_only=True):
-    workers: int
-    step_timeout_s: float
-    episode_timeout_s: float
-    memory_mb: int
-    cpu_seconds: int
-    max_output_bytes: int
-    episodes_per_worker: int
-
-
-class Episode:
-    """One environment instance in one worker; obtained from `SandboxPool.open_episode`."""
-
-    def __init__(self, pool: "SandboxPool", worker: WorkerProcess, max_turns: int | None) -> None:
-        self._pool = pool
-        self._worker = worker
-        self._max_turns = max_turns
-        self._deadline = trio.current_time() + pool.config.episode_timeout_s
-        self._failure: EpisodeFailed | None = None
-        self.class_name = ""
-        self.has_solution = False
-        self.turns = 0
-        self.cleanup_problem = ""  # set when the episode closes: what it left behind, if anything
-        self.closed = False
-
-    @property
-    def failure(self) -> EpisodeFailed | None:
-        return self._failure
-
-    async def _call(self, message: protocol.Request, spin_ns: int = SPIN_NS, sent: bool = False,
-                    timeout_s: float | None = None) -> protocol.Reply:
-        if self.closed:  # the worker may be serving someone else by now
-            raise trio.ClosedResourceError("the episode is closed")
-        if self._failure is not None:
-            raise EpisodeFailed(self._failure.kind, f"the episode already failed: {self._failure.detail}")
-        worker = self._worker
-        config = self._pool.config
-        await trio.lowlevel.checkpoint()
-        episode_left = self._deadline - trio.current_time()
-        if episode_left <= 0:
-            raise self._fail(EpisodeFailed("timeout", f"the episode took longer than "
-                                                      f"{config.episode_timeout_s:.3g} s"))
-        limit = min(config.step_timeout_s if timeout_s is None else timeout_s, episode_left)
-        worker.trusted = False  # until a whole reply is back: a cancellation in between leaves it unusable
-        try:
-            if not sent:
-                worker.start_request(message)
-            reply = worker.reply_nowait(spin_ns)
-            if reply is None:
-                with trio.move_on_after(limit) as scope:
-                    reply = await worker.finish_request()
-                if scope.cancelled_caught:
-                    if episode_left <= limit:
-                        raise EpisodeFailed("timeout", f"the episode took longer than "
-                                                       f"{config.episode_timeout_s:.3g} s")
-                    raise EpisodeFailed("timeout", f"the call took longer than {limit:.3g} s")
-        except WorkerGone as gone:
-            raise self._fail(gone.failure) from None
-        except EpisodeFailed as failure:
-            raise self._fail(failure) from None
-        worker.trusted = True
-        if isinstance(reply, protocol.Failed):
-            kind = reply.kind if reply.kind in FAILURE_KINDS else "protocol"
-            raise self._fail(EpisodeFailed(kind, reply.detail))
-        return reply
-
-    def _fail(self, failure: EpisodeFailed) -> EpisodeFailed:
-        self._failure = failure
-        return failure
-
-    def _expect(self, reply: protocol.Reply, kind: type) -> Any:
-        if not isinstance(reply, kind):
-            self._worker.trusted = False
-            raise self._fail(EpisodeFailed("protocol", f"unexpected {type(reply).__name__} reply"))
-        return reply
-
-    async def _load(self, source: str, sent: bool = False) -> None:
-        """Load the source (`sent`: the Load frame is already on its way, only read the reply)."""
-        reply = self._expect(await self._call(protocol.Load(source=source), spin_ns=LOAD_SPIN_NS, sent=sent),
-                             protocol.Loaded)
-        self.class_name = reply.class_name
-        self.has_solution = reply.has_solution
-
-    async def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        reply = self._expect(await self._call(protocol.Reset(seed=seed)), protocol.ResetDone)
-        self.turns = 0
-        return reply.observation, reply.info
-
-    async def step(self, action: str) -> StepResult:
-        if not isinstance(action, str):
-            raise TypeError(f"action must be str, got {type(action).__name__}")
-        reply = self._expect(await self._call(protocol.Step(action=action)), protocol.StepDone)
-        self.turns += 1
-        truncated = reply.truncated or (self._max_turns is not None and self.turns >= self._max_turns)
-        return StepResult(reply.observation, reply.reward, reply.terminated, truncated, reply.info)
-
-    async def call_tool(self, name: str, arguments: dict[str, Any], *, timeout_s: float | None = None,
-                        max_chars: int = 4000) -> str:
-        """One tool call of a tool-use environment (its own timeout); error text for unknown tools and exceptions."""
-        message = protocol.CallTool(name=name, arguments=arguments, max_chars=max_chars)
-        return self._expect(await self._call(message, timeout_s=timeout_s), protocol.ToolDone).result
-
-    async def inspect_tools(self) -> protocol.Inspected:
-        return self._expect(await self._call(protocol.InspectTools()), protocol.Inspected)
-
-    async def solution(self) -> list[str] | None:
-        reply = self._expect(await self._call(protocol.Solution()), protocol.SolutionDone)
-        return reply.actions
-
-
 class _Slot:
     """A place for one worker; the idle channel holds the slots free for an episode."""
 
@@ -184,9 +64,9 @@ class _Slot:
 class SandboxPool:
     """Use `open_sandbox_pool`; this object is only valid inside it."""
 
-    def __init__(self, config: _Config, requested: str, nursery: trio.Nursery) -> None:
+    def __init__(self, config: SandboxSettings, nursery: trio.Nursery) -> None:
         self.config = config
-        self._requested = requested
+        self._requested = config.isolation
         self._nursery = nursery
         self._idle_send, self._idle_receive = trio.open_memory_channel[_Slot](config.workers)
         self._slots = [_Slot() for _ in range(config.workers)]
@@ -220,30 +100,29 @@ class SandboxPool:
         )
 
     # ------------------------------------------------------------------ workers
-    def _script_args(self, base: str, landlock: bool = False) -> list[str]:
-        config = {
-            "memory_mb": self.config.memory_mb, "cpu_seconds": self.config.cpu_seconds,
-            "file_size_mb": FILE_SIZE_MB, "open_files": OPEN_FILES,
-            "max_output_bytes": self.config.max_output_bytes, "allowed_modules": list(ALLOWED_MODULES),
-            "seccomp": base != "rlimits", "die_with_parent": True,
-            "parent_pid": os.getpid() if base == "rlimits" else None,
-            # Outside bubblewrap the host's files are the worker's own: keep them as they are, or do not start.
-            "guard_writes": base != "bubblewrap", "landlock": landlock,
-        }
-        return ["-c", worker_source(), msgspec.json.encode(config).decode()]
+    def _script_args(self, wrapping: Wrapping, landlock: bool = False) -> list[str]:
+        config = protocol.WorkerConfig(
+            memory_mb=self.config.memory_mb, cpu_seconds=self.config.cpu_seconds, file_size_mb=FILE_SIZE_MB,
+            open_files=OPEN_FILES, max_output_bytes=self.config.max_output_bytes,
+            allowed_modules=list(ALLOWED_MODULES), seccomp=wrapping.deny_list, die_with_parent=True,
+            parent_pid=os.getpid() if wrapping.watches_parent else None,
+            guard_writes=wrapping.guards_host_files, landlock=landlock,
+        )
+        return ["-c", worker_source(), protocol.encode_worker_config(config)]
 
-    def _attempts(self, base: str, python: str) -> list[list[tuple[list[str], bool]]]:
-        """The (command, landlock) pairs to try for one level, best first, in groups: where the kernel has
-        Landlock, each command with it and then the same command without (tried only if Landlock failed)."""
-        if base == "bubblewrap" or not isolation.kernel_landlock_abi():
-            return [[(command, False)] for command in candidate_commands(base, python, self._script_args(base))]
-        with_landlock = candidate_commands(base, python, self._script_args(base, landlock=True))
-        without = candidate_commands(base, python, self._script_args(base, landlock=False))
+    def _attempts(self, wrapping: Wrapping, python: str) -> list[list[tuple[list[str], bool]]]:
+        """The (command, landlock) pairs to try for one wrapping, best first, in groups: where the kernel has
+        Landlock and the wrapping leaves the host's files visible, each command with it and then the same
+        command without (tried only if Landlock failed)."""
+        if not wrapping.guards_host_files or not isolation.kernel_landlock_abi():
+            return [[(command, False)] for command in wrapping.commands(python, self._script_args(wrapping))]
+        with_landlock = wrapping.commands(python, self._script_args(wrapping, landlock=True))
+        without = wrapping.commands(python, self._script_args(wrapping, landlock=False))
         return [[(first, True), (second, False)] for first, second in zip(with_landlock, without)]
 
-    def _describe(self, base: str, command: list[str], landlock: bool, ready: protocol.Ready) -> str:
+    def _describe(self, wrapping: Wrapping, command: list[str], landlock: bool, ready: protocol.Ready) -> str:
         deny_list = "seccomp deny-list" if ready.seccomp else f"no seccomp deny-list ({ready.seccomp_detail})"
-        if base == "bubblewrap":
+        if not wrapping.guards_host_files:  # bubblewrap: which bwrap is the whole story
             return f"{isolation.describe_bwrap(command[0])}; {deny_list}"
         where = os.path.join(tempfile.gettempdir(), SCRATCH_PREFIX + "*")
         if landlock:
@@ -253,7 +132,7 @@ class SandboxPool:
         else:
             files = (f"no Landlock (kernel ABI {isolation.kernel_landlock_abi()}): host files stay readable, "
                      f"seccomp refuses every file write, the scratch directory's too")
-        return f"{'unshare namespaces' if base == 'unshare' else 'no namespaces'}; {files}; {deny_list}"
+        return f"{wrapping.contains}; {files}; {deny_list}"
 
     async def _spawn(self, command: list[str], wrapped: bool, scratch: bool = False) -> WorkerProcess:
         worker = WorkerProcess(command, self.config.max_output_bytes + 4096, wrapped, scratch)
@@ -273,18 +152,18 @@ class SandboxPool:
         self._started += 1
         return worker
 
-    def _start_with(self, base: str, command: list[str], landlock: bool, scratch: bool, worker: WorkerProcess,
+    def _start_with(self, wrapping: Wrapping, command: list[str], landlock: bool, worker: WorkerProcess,
                     errors: list[str]) -> None:
         """Keep the first worker that started: its command, level and detail; say which, warn below the best."""
-        self._command, self._wrapped, self._scratch = command, base != "rlimits", scratch
-        self._level = resolve_level(base, worker.ready.seccomp, landlock)
-        self._detail = self._describe(base, command, landlock, worker.ready)
+        self._command, self._wrapped, self._scratch = command, wrapping.wrapped, wrapping.guards_host_files
+        self._level = resolve_level(wrapping, worker.ready.seccomp, landlock)
+        self._detail = self._describe(wrapping, command, landlock, worker.ready)
         self._slots[0].worker = worker
         logger.info("sandbox isolation %s: %s%s", self._level, self._detail,
                     f" (not used: {'; '.join(errors)})" if errors else "")
-        if self._level != IsolationLevel.BUBBLEWRAP_SECCOMP:
+        if self._level != STRONGEST:
             reasons = "; ".join(errors + ([f"seccomp: {worker.ready.seccomp_detail}"]
-                                          if base != "rlimits" and not worker.ready.seccomp else []))
+                                          if wrapping.deny_list and not worker.ready.seccomp else []))
             warnings.warn(IsolationWarning(
                 f"SANDBOX ISOLATION IS WEAKER THAN bubblewrap+seccomp: running at {self._level!s} "
                 f"(requested {self._requested!r}). {reasons or 'forced by the caller.'}"), stacklevel=6)
@@ -293,21 +172,20 @@ class SandboxPool:
         """Start the first worker at the best level that works; it becomes slot 0's worker."""
         python = find_interpreter()
         errors: list[str] = []
-        for base in REQUESTS[self._requested]:
-            scratch = base != "bubblewrap"
-            for group in self._attempts(base, python):
+        for wrapping in REQUESTS[self._requested]:
+            for group in self._attempts(wrapping, python):
                 for command, landlock in group:
                     try:
-                        worker = await self._spawn(command, wrapped=base != "rlimits", scratch=scratch)
+                        worker = await self._spawn(command, wrapped=wrapping.wrapped, scratch=wrapping.guards_host_files)
                     except (SandboxUnavailable, OSError, trio.TooSlowError) as exc:
-                        errors.append(f"{base}{'+landlock' if landlock else ''}: {exc}")
+                        errors.append(f"{wrapping.name}{'+landlock' if landlock else ''}: {exc}")
                         if "Landlock could not be installed" in str(exc):
                             continue
                         break  # the same command without Landlock would fail the same way
-                    self._start_with(base, command, landlock, scratch, worker, errors)
+                    self._start_with(wrapping, command, landlock, worker, errors)
                     return
-            if not candidate_commands(base, python, []):
-                errors.append(f"{base}: not installed")
+            if not wrapping.commands(python, []):
+                errors.append(f"{wrapping.name}: not installed")
         raise SandboxUnavailable(f"no sandbox worker could be started ({'; '.join(errors)})")
 
     async def _start_worker(self) -> WorkerProcess:
@@ -439,29 +317,18 @@ class SandboxPool:
 
 
 @asynccontextmanager
-async def open_sandbox_pool(
-    *, workers: int = 2, step_timeout_s: float = 10.0, episode_timeout_s: float = 120.0, memory_mb: int = 1024,
-    cpu_seconds: int = 60, max_output_bytes: int = 65536, episodes_per_worker: int = 200, isolation: str = "auto",
-) -> AsyncIterator[SandboxPool]:
-    """Start `workers` sandbox workers at the strongest isolation available (or the one requested).
+async def open_sandbox_pool(settings: SandboxSettings | None = None, **overrides) -> AsyncIterator[SandboxPool]:
+    """Start `settings.workers` sandbox workers at the strongest isolation available (or the one requested).
 
+    `settings`: a SandboxSettings (SandboxSettings.from_config(config.sandbox) in a run); `overrides` replace
+    its fields, or the defaults' without one (open_sandbox_pool(workers=1, isolation="rlimits")).
     isolation: "auto" (bubblewrap, else unshare, else rlimits, with an IsolationWarning below
     bubblewrap+seccomp) or one of "bubblewrap", "unshare", "rlimits" (SandboxUnavailable if it cannot start).
     """
-    if isolation not in REQUESTS:
-        raise ValueError(f"isolation must be one of {sorted(REQUESTS)}, got {isolation!r}")
-    for name, value in (("workers", workers), ("step_timeout_s", step_timeout_s), ("memory_mb", memory_mb),
-                        ("episode_timeout_s", episode_timeout_s), ("cpu_seconds", cpu_seconds),
-                        ("max_output_bytes", max_output_bytes), ("episodes_per_worker", episodes_per_worker)):
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be a positive number, got {value!r}")
-    config = _Config(workers=int(workers), step_timeout_s=float(step_timeout_s),
-                     episode_timeout_s=float(episode_timeout_s), memory_mb=int(memory_mb),
-                     cpu_seconds=int(cpu_seconds), max_output_bytes=int(max_output_bytes),
-                     episodes_per_worker=int(episodes_per_worker))
+    config = msgspec.structs.replace(settings, **overrides) if settings is not None else SandboxSettings(**overrides)
     try:
         async with trio.open_nursery() as nursery:
-            pool = SandboxPool(config, isolation, nursery)
+            pool = SandboxPool(config, nursery)
             try:
                 await pool._open()
                 yield pool

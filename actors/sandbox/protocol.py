@@ -1,13 +1,34 @@
-"""Frames between the pool and a sandbox worker: a 4-byte big-endian length, then one JSON object.
+"""What crosses the boundary between the pool and a sandbox worker: its start-up config, then the frames.
 
-The worker (`worker.py`) speaks plain `json` because it runs on the system interpreter without msgspec; this
-side encodes and decodes with msgspec, tagged by `op` (requests) and `type` (replies). A reply that does not
-decode is treated as the worker having been subverted.
+The config (`WorkerConfig`) is the worker's one command-line argument, JSON. Frames are a 4-byte big-endian
+length, then one JSON object. The worker (`worker.py`) speaks plain `json` because it runs on the system
+interpreter without msgspec (it reads the config into its own `WorkerConfig` of the same fields); this side
+encodes and decodes with msgspec, tagged by `op` (requests) and `type` (replies). A reply that does not decode
+is treated as the worker having been subverted.
 """
 
 from typing import Any
 
 import msgspec
+
+
+# pool -> worker, at start-up
+class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    memory_mb: int  # RLIMIT_AS
+    cpu_seconds: int  # CPU time of each episode (RLIMIT_CPU, restarted at every load)
+    file_size_mb: int  # RLIMIT_FSIZE
+    open_files: int  # RLIMIT_NOFILE
+    max_output_bytes: int  # a longer reply becomes a `limit` failure
+    allowed_modules: list[str]  # what an environment may import (imported before the snapshot)
+    seccomp: bool  # install the seccomp deny-list
+    die_with_parent: bool  # PR_SET_PDEATHSIG
+    parent_pid: int | None  # no wrapper in between: the pool's pid, to catch a pool that died before the line above
+    guard_writes: bool  # the host's files are the worker's own: keep them as they are, or do not start
+    landlock: bool  # with guard_writes: install Landlock (writes only to the scratch directory)
+
+
+def encode_worker_config(config: WorkerConfig) -> str:
+    return msgspec.json.encode(config).decode()
 
 
 # pool -> worker

@@ -275,12 +275,15 @@ async def validate_environment(pool: SandboxPool, source: str, *, hint: str | No
     seeds = tuple(seeds)
     if not seeds:
         raise ValueError("validate_environment needs at least one seed")
-    from actors.tool_use import is_tool_use_source  # the tool-use setting's designs have checks of their own
+    from actors.settings import for_source  # the tool-use setting's designs have checks of their own
 
-    if is_tool_use_source(source):
-        from actors.tool_use.validator import validate_tool_use
+    return await for_source(source).validate(pool, source, hint=hint, max_turns=max_turns, seeds=seeds,
+                                             quality_checks=quality_checks)
 
-        return await validate_tool_use(pool, source, hint=hint, seeds=seeds, quality_checks=quality_checks)
+
+async def validate_game(pool: SandboxPool, source: str, *, hint: str | None, max_turns: int, seeds: tuple[int, ...],
+                        quality_checks: bool) -> Verdict:
+    """The games setting's checks (the module docstring), static then dynamic."""
     hint = hint.strip() if hint and hint.strip() else None
     repaired = repair_fstring_braces(source)
     checks, class_name = _static(repaired)

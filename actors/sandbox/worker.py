@@ -1,10 +1,11 @@
 """Sandbox worker: runs one untrusted environment at a time for the pool in `actors/sandbox/pool.py`.
 
-Never imported by the engine. The pool starts it as `python3.11 -I -S -c <this file's text> <config json>`,
-inside bubblewrap where it can, so it may use the standard library only and sees no file of the host but /usr.
-The seccomp filter and Landlock live in `seccomp.py` and `landlock.py`, whose texts `isolation.worker_source()`
-puts in place of the imports below: the worker is still one text, and imports nothing of this repository inside
-the sandbox.
+Never imported by the engine. The pool starts it as `python3.11 -I -S -c <this file's text> <config json>`
+(the config: protocol.WorkerConfig, read here into `WorkerConfig`), inside bubblewrap where it can, so it may
+use the standard library only and sees no file of the host but /usr. The seccomp filter, Landlock, the
+interpreter snapshot and the tool-use base class live in `seccomp.py`, `landlock.py`, `snapshot.py` and
+`tool_env.py`, whose texts `isolation.worker_source()` puts in place of the imports below: the worker is still
+one text, and imports nothing of this repository inside the sandbox.
 Start-up: take private copies of the stdin/stdout pipes for the frames and point fds 0-2 at /dev/null, set the
 resource limits; at the fallback levels (config `guard_writes`) install Landlock if asked (the current
 directory, the pool's scratch directory for this worker, is all it may write) and the seccomp filter's
@@ -17,7 +18,6 @@ dicts, signal handlers, threads, open files) and the worker asks to be replaced 
 """
 
 import _json
-import _thread
 import builtins
 import ctypes
 import gc
@@ -31,11 +31,11 @@ import signal
 import sys
 import traceback
 import types
-from operator import is_
 
-# isolation.worker_source() puts landlock.py's and seccomp.py's texts in place of the next two lines
+# isolation.worker_source() puts the texts of these modules in place of the next four lines
 from actors.sandbox.landlock import install_landlock, landlock_read_paths
 from actors.sandbox.seccomp import install_seccomp
+from actors.sandbox.snapshot import Snapshot
 from actors.sandbox.tool_env import ToolUseBaseEnv, tool_plan_replies, tool_request
 
 DETAIL_CHARS = 2000
@@ -43,20 +43,31 @@ WORKER_FILE = sys._getframe().f_code.co_filename  # "<string>" when started with
 MODULE_NAME = "spade_env"
 COMPILED_CACHE = 32
 SOURCE_NAME = "<environment>"
-WATCHED_SIGNALS = tuple(getattr(signal, name) for name in (
-    "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGXCPU", "SIGXFSZ", "SIGTERM", "SIGINT", "SIGHUP", "SIGPIPE", "SIGUSR1",
-    "SIGUSR2", "SIGCHLD", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGABRT", "SIGTRAP", "SIGIO", "SIGWINCH"))
-TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
 HIDDEN_BUILTINS = ("open", "input", "breakpoint", "exit", "quit", "help", "copyright", "credits", "license")
 
 
 # ---------------------------------------------------------------------------------------------- limits
+class WorkerConfig:
+    """protocol.WorkerConfig (the pool's side, where the fields are described) as the worker reads it: msgspec is
+    not on this interpreter, so the JSON is checked here to have exactly those fields."""
+
+    FIELDS = ("memory_mb", "cpu_seconds", "file_size_mb", "open_files", "max_output_bytes", "allowed_modules",
+              "seccomp", "die_with_parent", "parent_pid", "guard_writes", "landlock")
+
+    def __init__(self, text):
+        values = json.loads(text)
+        if not isinstance(values, dict) or sorted(values) != sorted(self.FIELDS):
+            raise ValueError(f"the worker config must have exactly the fields {', '.join(self.FIELDS)}")
+        for name in self.FIELDS:
+            setattr(self, name, values[name])
+
+
 def set_limits(config):
     mb = 1024 * 1024
     for which, value in (
-        (resource.RLIMIT_AS, config["memory_mb"] * mb),
-        (resource.RLIMIT_FSIZE, config["file_size_mb"] * mb),
-        (resource.RLIMIT_NOFILE, config["open_files"]),
+        (resource.RLIMIT_AS, config.memory_mb * mb),
+        (resource.RLIMIT_FSIZE, config.file_size_mb * mb),
+        (resource.RLIMIT_NOFILE, config.open_files),
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_NPROC, 0),  # ignored for root; the seccomp filter and namespaces cover that case
     ):
@@ -154,76 +165,6 @@ class Sink:
         return False
 
 
-# ---------------------------------------------------------------------------------------------- state
-class Snapshot:
-    """What an episode must leave as it found it, compared by identity (an object's __eq__ is never run).
-
-    After every episode: builtins, this worker's own module, the allow-listed modules (and their submodules)
-    and the classes defined in them, which is all an environment reaches without an introspection escape.
-    Every FULL_CHECK_EVERY episodes: every module and class of the interpreter, for what escapes the static
-    checks let through.
-    """
-
-    FULL_CHECK_EVERY = 25
-
-    def __init__(self, allowed, *own):
-        self.allowed_dicts, self.all_dicts = [builtins.__dict__, *own], [builtins.__dict__, *own]
-        for module in list(sys.modules.values()):
-            if module is None:
-                continue
-            # The worker's own module and classes count too: patching them would subvert the next episodes.
-            mine = module.__name__ == "__main__" or module.__name__.partition(".")[0] in allowed
-            dicts = [module.__dict__] + [v.__dict__ for v in list(module.__dict__.values())
-                                         if isinstance(v, type) and not v.__flags__ & (1 << 9)]  # mutable class
-            self.all_dicts += dicts
-            if mine:
-                self.allowed_dicts += dicts
-        self.allowed_values = [list(d.values()) for d in self.allowed_dicts]  # also keeps them alive
-        self.all_values = [list(d.values()) for d in self.all_dicts]
-        self.episodes = 0
-        self.signals = {s: signal.getsignal(s) for s in WATCHED_SIGNALS}
-        self.fds = self.open_fds()
-        self.recursion_limit = sys.getrecursionlimit()
-        self.cwd = os.getcwd()
-        self.scratch = None  # the folder the episodes may write to, if any: it must stay as it was
-        self.scratch_entries = 0
-
-    def watch_scratch(self, path):
-        self.scratch, self.scratch_entries = path, len(os.listdir(path))
-
-    @staticmethod
-    def open_fds():
-        try:
-            return len(os.listdir("/proc/self/fd"))
-        except OSError:
-            return -1
-
-    @staticmethod
-    def _unchanged(dicts, values):
-        return all(len(d) == len(v) and all(map(is_, d.values(), v)) for d, v in zip(dicts, values))
-
-    def changes(self):
-        """Why this interpreter should not serve another episode ("" if it may)."""
-        self.episodes += 1
-        if _thread._count() or len(sys._current_frames()) > 1:
-            return "a thread is still running"
-        if not self._unchanged(self.allowed_dicts, self.allowed_values):
-            return "builtins, an allowed module or the worker itself was modified"
-        if self.episodes % self.FULL_CHECK_EVERY == 0 and not self._unchanged(self.all_dicts, self.all_values):
-            return "a module or class was modified"
-        if any(signal.getsignal(s) is not handler for s, handler in self.signals.items()):
-            return "a signal handler was changed"
-        if any(signal.getitimer(timer) != (0.0, 0.0) for timer in TIMERS):
-            return "an interval timer was left running"
-        if self.open_fds() != self.fds:
-            return "a file descriptor was left open"
-        if sys.getrecursionlimit() != self.recursion_limit or os.getcwd() != self.cwd:
-            return "interpreter settings were changed"
-        if self.scratch and len(os.listdir(self.scratch)) != self.scratch_entries:
-            return "a file was left in the scratch directory"
-        return ""
-
-
 # ---------------------------------------------------------------------------------------------- episodes
 def guarded_import_factory(allowed, real_import):
     def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
@@ -259,7 +200,7 @@ class Worker:
     def __init__(self, channel, config):
         self.channel = channel
         self.config = config
-        self.allowed = frozenset(config["allowed_modules"])
+        self.allowed = frozenset(config.allowed_modules)
         self.pristine_builtins = dict(builtins.__dict__)
         for name in HIDDEN_BUILTINS:
             self.pristine_builtins.pop(name, None)
@@ -288,7 +229,7 @@ class Worker:
     def load(self, request):
         if self.env is not None or self.module is not None:
             self.forget()
-        restart_cpu_clock(self.config["cpu_seconds"])
+        restart_cpu_clock(self.config.cpu_seconds)
         random.seed()
         source = request["source"]
         code = self.compiled.get(source)
@@ -437,33 +378,33 @@ def guard_host_files(config):
     """Landlock if asked, then one seccomp filter: the deny-list if asked, and at the fallback levels the lists
     that keep the host's files as they are. Returns why the deny-list is not in force ("" if it is) and why the
     worker must not start ("" if it may)."""
-    guard, landlock = config["guard_writes"], config["guard_writes"] and config["landlock"]
+    guard, landlock = config.guard_writes, config.guard_writes and config.landlock
     if landlock:
         refused = install_landlock(os.getcwd(), landlock_read_paths())
         if refused:
             return "", f"Landlock could not be installed: {refused}"
-    if not (config["seccomp"] or guard):
+    if not (config.seccomp or guard):
         return "not requested", ""
-    seccomp = install_seccomp(general=config["seccomp"], host_state=guard, file_writes=guard and not landlock)
+    seccomp = install_seccomp(general=config.seccomp, host_state=guard, file_writes=guard and not landlock)
     if guard and seccomp:
         return seccomp, f"host file writes cannot be refused: seccomp: {seccomp}"
-    return (seccomp if config["seccomp"] else "not requested"), ""
+    return (seccomp if config.seccomp else "not requested"), ""
 
 
 def main():
-    config = json.loads(sys.argv[1])
+    config = WorkerConfig(sys.argv[1])
     read_fd, write_fd = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    channel = Channel(read_fd, write_fd, config["max_output_bytes"])
+    channel = Channel(read_fd, write_fd, config.max_output_bytes)
     try:
-        if config["die_with_parent"]:
+        if config.die_with_parent:
             ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-            if config["parent_pid"] is not None and os.getppid() != config["parent_pid"]:
+            if config.parent_pid is not None and os.getppid() != config.parent_pid:
                 return  # the pool died before the line above took effect
-        for name in config["allowed_modules"]:
+        for name in config.allowed_modules:
             __import__(name)
         set_limits(config)
         seccomp, refused = guard_host_files(config)
@@ -473,7 +414,7 @@ def main():
         worker = Worker(channel, config)
         sys.stdout = sys.stderr = worker.sink
         worker.snapshot = Snapshot(worker.allowed, worker.pristine_builtins, ToolUseBaseEnv.__dict__)  # watched too
-        worker.snapshot.watch_scratch(os.getcwd() if config["guard_writes"] else "/tmp")
+        worker.snapshot.watch_scratch(os.getcwd() if config.guard_writes else "/tmp")
         gc.collect()
         gc.freeze()  # later collections only walk what the episodes allocated
     except BaseException as exc:  # noqa: BLE001 - tell the pool why start-up failed

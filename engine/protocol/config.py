@@ -57,7 +57,7 @@ class CurriculumConfig(Section):
     # shuffled pass once the pool is used up (the reference's fixed-pool baseline)
     design: bool = True
     fixed_envs: str = ""  # with design = false: a folder of environment .py files (manifest.json optional); empty: seeds
-    seeds: str = ""  # a folder with seed environments and manifest.json; empty: actors/seeds
+    seeds: str = ""  # a folder with seed environments and manifest.json; empty: engine/protocol/data/seeds
     use_corpus: bool = True  # false: the designer writes with no passage (the paper's no-corpus ablation, cold-start prompt)
     retire_hanging_envs: bool = True  # an environment whose call hangs (sandbox.step_timeout_s) is played no more (reference)
     revalidate: bool = True  # a design claimed valid is validated again before it is played: by another worker, else its author in a fresh sandbox

@@ -7,6 +7,11 @@
     run_dir/engine.lock        held (flock) by the engine while it runs; the kernel drops it when the engine dies
     run_dir/keys/              CURVE keys of a tcp worker socket (owner-only): server.key, worker.key (engine/protocol/keys.py)
 
+Shipped data every side reads lives in engine/protocol/data/, named once here: the seed environments (DATA/seeds/,
+with manifest.json; the tool-use setting's in DATA/seeds/tool_use/), the Reasoning-Gym hard configurations
+(reasoning_gym_hard.json) and the default corpus (corpus.jsonl). The engine and the actors both import the protocol
+layer, so neither reaches into the other's folder for a file.
+
 Sockets: the learner's is always ipc; the workers' is ipc unless `worker.address` is tcp://HOST:PORT. The engine
 removes its ipc socket files when it closes them (engine/protocol/transport.py).
 """
@@ -23,6 +28,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from engine.protocol.errors import InputError
+
+DATA = Path(__file__).resolve().parent / "data"
+SEEDS_DIR = DATA / "seeds"
+TOOL_USE_SEEDS_DIR = SEEDS_DIR / "tool_use"
+RG_HARD_FILE = DATA / "reasoning_gym_hard.json"
+DEFAULT_CORPUS = DATA / "corpus.jsonl"
 
 
 class RunInUse(InputError):

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from engine.protocol.paths import TOOL_USE_SEEDS_DIR
 from storage.store import Store
 from tests.e2e.test_up import REPO, Processes, _env, _up_command
 
-SEED = REPO / "actors" / "seeds" / "tool_use" / "banking.py"
+SEED = TOOL_USE_SEEDS_DIR / "banking.py"
 
 
 def _script(tmp_path: Path) -> Path:

@@ -1,14 +1,13 @@
 """Hostile tool implementations in the tool-use setting: a tool that hangs, crashes the worker, leaks memory or
 state, or returns a huge result is contained by the sandbox, and the validator rejects (or cuts) it."""
 
-from pathlib import Path
-
 import pytest
 import trio
 
 from actors.sandbox import EpisodeFailed, open_sandbox_pool, validate_environment
+from engine.protocol.paths import TOOL_USE_SEEDS_DIR
 
-BANKING = (Path(__file__).parents[3] / "actors" / "seeds" / "tool_use" / "banking.py").read_text()
+BANKING = (TOOL_USE_SEEDS_DIR / "banking.py").read_text()
 TARGET = '        return f"1 {currency} = 1.08 USD"'
 CASES = {  # name: (tool body, failure kind of a direct call or None, the validator's failed check or None)
     "hang": ("        while True:\n            pass", "timeout", "within_limits"),

@@ -9,10 +9,11 @@ import pytest
 
 from actors.sandbox import Check, Verdict, validate_environment
 from actors.sandbox.validator import DYNAMIC_CHECKS, STATIC_CHECKS
+from engine.protocol.paths import SEEDS_DIR
 from tests.actors.sandbox.sandbox_helpers import GUESS_SOURCE
 
 HERE = Path(__file__).parent
-SEEDS = HERE.parents[2] / "actors" / "seeds"
+SEEDS = SEEDS_DIR
 VALID = sorted(HERE.glob("valid/*.py")) + sorted(SEEDS.glob("*.py"))
 HINTS = {entry["file"]: entry["hint"] for entry in json.loads((SEEDS / "manifest.json").read_text())} \
     if (SEEDS / "manifest.json").exists() else {}

@@ -12,9 +12,10 @@ import pytest
 import trio
 
 from actors.sandbox import open_sandbox_pool
+from engine.protocol.paths import TOOL_USE_SEEDS_DIR
 
 DATA = Path(__file__).with_name("data") / "bfcl_multi_turn.jsonl"
-SEEDS = Path(__file__).parents[3] / "actors" / "seeds" / "tool_use"
+SEEDS = TOOL_USE_SEEDS_DIR
 ENTRIES = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
 MARK = "NEW INSTRUCTION] "
 

@@ -2,7 +2,6 @@
 following the plan completes every seed, not following it fails; unknown tools, exceptions, masking."""
 
 import json
-from pathlib import Path
 
 import pytest
 import trio
@@ -12,8 +11,9 @@ from actors.inference.base import Generation
 from actors.sandbox import open_sandbox_pool, validate_environment
 from engine.protocol.config import PlayConfig
 from engine.protocol.messages import PlayTask, unpack_mask
+from engine.protocol.paths import TOOL_USE_SEEDS_DIR
 
-SEEDS = Path(__file__).parents[3] / "actors" / "seeds" / "tool_use"
+SEEDS = TOOL_USE_SEEDS_DIR
 MANIFEST = json.loads((SEEDS / "manifest.json").read_text())
 TOOL_USE_SKILLS = {"API Orchestration", "Data Retrieval", "State Modification", "Error Recovery", "Tool Selection",
                    "Multi-Step Workflows"}
