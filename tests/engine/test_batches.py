@@ -8,13 +8,13 @@ from engine.protocol.errors import InputError
 from engine.protocol.messages import PlayResult, Sample, pack_floats, pack_ints, pack_mask
 from storage.records import BatchEntry, BatchRecord, TrajectoryRecord
 from storage.store import Store, trajectory_key
-from tests.engine.test_feedback import _sample
+from tests.engine.builders import make_sample
 
 
 def _play(sample_id, env_id, arm, episode_return, status="completed"):
     return PlayResult(
         task_id=sample_id, worker_id="w", env_id=env_id, arm=arm, seed=0, status=status, failure="", episode_return=episode_return,
-        turns=[], agent=_sample(sample_id, "agent", env_id, "A", arm, 0), tokens_generated=1, seconds=0.0,
+        turns=[], agent=make_sample(sample_id, "agent", env_id, "A", arm, 0), tokens_generated=1, seconds=0.0,
     )
 
 
@@ -79,8 +79,8 @@ def _trajectory(sample):
 
 def test_a_recorded_batch_reads_back_with_the_advantages_and_rewards_it_trained_with(tmp_path):
     store = Store.open(tmp_path / "store")
-    agent = _sample("p0", "agent", "e1", "A", "no_hint", 3)
-    designer = _sample("d-e1", "designer", "e1", "A", "design", 2)
+    agent = make_sample("p0", "agent", "e1", "A", "no_hint", 3)
+    designer = make_sample("d-e1", "designer", "e1", "A", "design", 2)
     with store.batch() as batch:  # stored as played: advantage 0, and the designer's reward not yet known
         batch.put_trajectory(_trajectory(agent))
         batch.put_trajectory(_trajectory(designer))
