@@ -1,9 +1,11 @@
+"""Training batches (engine/batches.py): agent advantages, the stale drop, the step's batch, its record and read-back."""
+
 import math
 
 import msgspec
 import pytest
 
-from engine.batches import MissingTrajectory, agent_samples, batch_record, drop_stale, stored_batch_samples
+from engine.batches import MissingTrajectory, agent_samples, batch_record, drop_stale, step_batch, stored_batch_samples
 from engine.protocol.errors import InputError
 from engine.protocol.messages import PlayResult, Sample, pack_floats, pack_ints, pack_mask
 from storage.records import BatchEntry, BatchRecord, TrajectoryRecord
@@ -50,6 +52,20 @@ def test_agent_advantages_are_z_scores_within_each_env_and_arm_group():
 def test_no_plays_give_no_samples():
     assert agent_samples([]) == ([], 0)
     assert agent_samples([_play("x", "a", "no_hint", 1.0, status="failed")]) == ([], 0)
+
+
+def test_a_steps_batch_is_its_fresh_agent_samples_and_the_designer_samples_due():
+    """The hinted plays train only with `play.train_hint_plays`; a sample older than the bound is dropped and counted;
+    the groups are counted before the drop."""
+    plays = [_play("n0", "a", "no_hint", 1.0), _play("n1", "a", "no_hint", 0.0), _play("h0", "a", "hint", 1.0), _play("h1", "a", "hint", 0.0)]
+    due = [make_sample("d", "designer", "a", "A", "design", 0)]
+    batch = step_batch(plays, due, train_hint=False, trained_at=0, bound=0)
+    assert [s.sample_id for s in batch.samples] == ["n0", "n1", "d"] and batch.designer == due
+    assert (batch.agent_groups, batch.zero_variance_groups, batch.dropped_stale) == (1, 0, 0)
+    with_hints = step_batch(plays, [], train_hint=True, trained_at=0, bound=0)
+    assert [s.sample_id for s in with_hints.agent] == ["n0", "n1", "h0", "h1"] and with_hints.agent_groups == 2
+    stale = step_batch(plays, due, train_hint=True, trained_at=5, bound=2)  # sampled by version 0, trained by 5
+    assert (stale.agent, stale.designer, stale.agent_groups, stale.dropped_stale) == ([], due, 2, 4)
 
 
 def _sampled(versions, role="agent"):

@@ -4,9 +4,9 @@ of designer samples with its restore."""
 import msgspec
 import pytest
 
-from engine.protocol.config import CurriculumConfig, RewardConfig
+from engine.protocol.config import CurriculumConfig, RewardConfig, load_config
 from engine.curriculum import ActiveEnv
-from engine.designer_reward import DesignerQueue, DesignerReward, close_window, update_memory
+from engine.designer_reward import DesignerQueue, DesignerReward, close_window, designer_step, score_window, update_memory
 from engine.protocol.messages import PlayResult
 from storage.records import BatchEntry, BatchRecord, DesignerRewardRecord, EnvironmentRecord, MemoryRecord, RunState, TrajectoryRecord
 from storage.store import Store, trajectory_key
@@ -183,6 +183,38 @@ def test_the_default_preset_gives_two_valid_designs_of_one_skill_a_non_zero_desi
     assert rewards["e1"].sample.advantage > 0 > rewards["e2"].sample.advantage
     assert rewards["e1"].sample.advantage == pytest.approx(-rewards["e2"].sample.advantage)
     store.close()
+
+
+def test_a_windows_rewards_are_a_pure_function_of_plain_inputs():
+    """What the rescore calls (engine/tools/rescore.py): no store, plays as any objects with the play fields."""
+    from types import SimpleNamespace
+
+    def play(env_id, step, arm, value, status="completed"):
+        return SimpleNamespace(env_id=env_id, arm=arm, status=status, failure="", episode_return=value, step=step)
+
+    plays = {0: [play("e1", 0, "hint", 1.0), play("e1", 0, "no_hint", 0.0), play("e2", 0, "no_hint", 0.0), play("e2", 0, "hint", 0.0)],
+             1: [play("e1", 1, "no_hint", 1.0), play("e2", 1, "no_hint", 0.0, status="failed")]}
+    envs = [_env("e1", "A"), _env("e2", "A"), _env("ghost", "A")]  # ghost: never played, earns nothing
+    score = score_window(RewardConfig(designer_reward="regret"), K, 0, envs, plays, [], 8)
+    assert [d.env.env_id for d in score.designs] == ["e1", "e2"]
+    e1, e2 = score.designs
+    assert (e1.regret, e1.hint_return, e1.no_hint_return) == (pytest.approx(1.0 - 0.5), 1.0, 0.0)
+    assert e2.regret == 0.0 and e1.advantage == pytest.approx(-e2.advantage) and e1.advantage > 0
+    assert score.scale == pytest.approx(min(8 / 2 * K, 50.0))
+    assert score.history == [(0, "A", pytest.approx(0.5)), (0, "A", 0.0)]  # for the learning progress of later windows
+    assert score_window(RewardConfig(), K, 0, envs, plays, [], 8) == score_window(RewardConfig(), K, 0, envs, plays, [], 8)
+    assert score_window(RewardConfig(), K, 2, envs, plays, [], 8).designs == []  # nothing played at step 2
+
+
+def test_the_designer_stage_queues_the_rewards_and_remembers_after_a_refresh_step(store):
+    config = load_config(overrides=["curriculum.refresh_interval=2"])
+    queue = DesignerQueue()
+    made = [ActiveEnv.of(store.environment("e1"), designed_now=True)]
+    designer_step(store, config, queue, 0, 8, made, [])  # a refresh step: memory, but no window closes
+    assert not queue.due and [m.env_id for m in store.memory()] == ["e1"]
+    designer_step(store, config, queue, 1, 8, made, [])  # the window of step 0 closes: due at 2; no memory update
+    assert [s.sample_id for s in queue.pop(2)] == ["d-e1", "d-e2", "d-e3"]
+    assert [m.env_id for m in store.memory()] == ["e1"] and {r.env_id for r in store.designer_rewards()} == {"e1", "e2", "e3"}
 
 
 # --- the queue of designer samples waiting for their reward step

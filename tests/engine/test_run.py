@@ -1,3 +1,5 @@
+"""The engine's resume (engine/run.py `restore`) and the stale drop at training time."""
+
 from engine.protocol.config import load_config
 from engine.metrics.live import LiveView
 from engine.protocol.messages import Sample
