@@ -4,7 +4,10 @@ Batch i of a run is trained by policy version i and makes version i + 1 (`BatchR
 step's agent samples (its unhinted plays; the hinted ones too with `play.train_hint_plays`) carry their advantage
 (z-score within each (environment, arm) group); samples staler than
 `run.max_staleness` versions when their batch trains are dropped and counted (`drop_stale`); the designer
-samples whose reward fell due at the step join them (engine/designer_queue.py).
+samples whose reward fell due at the step join them (engine/designer_reward.py).
+
+    batch = step_batch(plays, due, train_hint=..., trained_at=..., bound=...)   # one step's StepBatch
+    record = batch_record(version, step, batch.samples, checkpoint)            # what LMDB keeps of it
 """
 
 from __future__ import annotations
@@ -22,20 +25,25 @@ class MissingTrajectory(InputError):
     """A stored batch names a trajectory that is not in the store (a damaged store)."""
 
 
+def advantage_groups(plays: list, *, train_hint: bool = True) -> list[tuple[tuple[str, str], list, list[float]]]:
+    """Each trained (environment, arm) group of a step's plays (`PlayResult`s or agent `TrajectoryRecord`s): its
+    plays that did not fail and their advantages, in order. Without `train_hint` (`play.train_hint_plays`, off as in
+    the reference) the hinted groups are left out. Shared with the rescore (engine/tools/rescore.py)."""
+    out = []
+    for key, returns in returns_by_group(plays).items():
+        if train_hint or key[1] != "hint":
+            members = [p for p in plays if p.status != "failed" and (p.env_id, p.arm) == key]
+            out.append((key, members, group_advantages(returns)))
+    return out
+
+
 def agent_samples(plays: list[PlayResult], *, train_hint: bool = True) -> tuple[list[Sample], int]:
-    """The agent samples of a step's plays with their advantages, and how many groups had zero variance; without
-    `train_hint` (`play.train_hint_plays`, off as in the reference) the hinted plays give no sample."""
-    groups = {key: returns for key, returns in returns_by_group(plays).items() if train_hint or key[1] != "hint"}
-    members: dict[tuple[str, str], list[PlayResult]] = {key: [] for key in groups}
-    for play in plays:
-        if play.status != "failed" and (play.env_id, play.arm) in members:
-            members[(play.env_id, play.arm)].append(play)
+    """The agent samples of a step's plays with their advantages, and how many groups had zero variance."""
     samples, zero_groups = [], 0
-    for key, returns in groups.items():
-        advantages = group_advantages(returns)
+    for _, members, advantages in advantage_groups(plays, train_hint=train_hint):
         if all(a == 0.0 for a in advantages):
             zero_groups += 1
-        samples += [msgspec.structs.replace(p.agent, advantage=a) for p, a in zip(members[key], advantages)]
+        samples += [msgspec.structs.replace(p.agent, advantage=a) for p, a in zip(members, advantages)]
     return samples, zero_groups
 
 
@@ -51,6 +59,28 @@ def drop_stale(samples: list[Sample], trained_at: int, bound: int) -> tuple[list
             continue
         kept.append(sample)
     return kept, len(samples) - len(kept)
+
+
+class StepBatch(msgspec.Struct, kw_only=True):
+    """What a step trains: its agent samples (after the stale drop) and the designer samples due at it."""
+
+    agent: list[Sample]
+    designer: list[Sample]
+    zero_variance_groups: int
+    agent_groups: int  # the (environment, arm) groups with a sample, before the stale drop
+    dropped_stale: int
+
+    @property
+    def samples(self) -> list[Sample]:
+        return self.agent + self.designer
+
+
+def step_batch(plays: list[PlayResult], due: list[Sample], *, train_hint: bool, trained_at: int, bound: int) -> StepBatch:
+    """The batches stage of a step: agent samples with advantages, the stale ones dropped, the designer samples due."""
+    samples, zero_groups = agent_samples(plays, train_hint=train_hint)
+    groups = len({(s.env_id, s.arm) for s in samples})
+    samples, too_stale = drop_stale(samples, trained_at, bound)
+    return StepBatch(agent=samples, designer=due, zero_variance_groups=zero_groups, agent_groups=groups, dropped_stale=too_stale)
 
 
 def batch_record(version: int, step: int, samples: list[Sample], checkpoint: bool) -> BatchRecord:

@@ -9,12 +9,15 @@
 - `load_environment_folder(folder)`: a fixed pool of any size (`curriculum.fixed_envs`): every `.py` file, with
   skill and hint from `manifest.json` where it lists the file; `pool_draw(...)` samples it without replacement
   across refreshes (the reference's static pool), a new shuffled pass once it is used up.
+- `seed_record(env_id, skill, code, hint)`: how an environment no designer wrote (a seed, a fixed-pool game, an
+  RLVE task) is stored: valid, source "seed".
 """
 
 from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 
 import msgspec
@@ -180,6 +183,14 @@ def load_seeds(folder: Path = SEEDS_DIR) -> list[SeedEnvironment]:
             raise SeedsError(f"{where} has level {level!r}: give one of {', '.join(SEED_LEVELS)}, or leave it out")
         seeds.append(SeedEnvironment(name=path.stem, skill=item["skill"], code=path.read_text(), hint=item["hint"], level=level))
     return seeds
+
+
+def seed_record(env_id: str, skill: str, code: str, hint: str, *, step: int = -1, setting: str = "games") -> EnvironmentRecord:
+    """The stored record of an environment no designer wrote: valid from the start, with no design behind it."""
+    return EnvironmentRecord(
+        env_id=env_id, skill=skill, step_created=step, source="seed", passage_id="", attempt=0, code=code, reply="",
+        hint=hint, valid=True, reason="", checks=[], designer_sample_id="", worker_id="", created_at=time.time(), setting=setting,
+    )
 
 
 class ActiveEnv(msgspec.Struct, kw_only=True):

@@ -1,19 +1,27 @@
 """A step's plays: every active environment G times without its hint and H times with it, stored as they come.
 
+    stage = Plays(config, store, retired, say)      # retired: the set engine/refresh.py's Designs shares
+    played = await stage.play(step, active, run_tasks, turn)   # send, wait for the step's turn, store, retire
     tasks = play_tasks(config, step, active)        # PlayTasks, seeded deterministically from the run's seed
     plays = store_plays(store, step, results)       # the PlayResults among the results, stored in one transaction
 
 Hinted plays (`play.hint_plays`): with "refresh" (the reference) only at a refresh step and only for the
 environments made there, whose designer reward reads them; with "every_step" for every active environment at
 every step. An environment without a hint (its hint calls all failed) gets none: its regret is 0.
-A play that failed because one of its environment's calls hung (`hung`) retires the environment
-(`curriculum.retire_hanging_envs`, engine/refresh.py) and costs its designer the hang penalty (engine/feedback.py).
+A play that failed because one of its environment's calls hung (`hung`) retires the environment (`retire`, with
+`curriculum.retire_hanging_envs`): it leaves the active list and is never reused; the store keeps it valid, its
+`reason` saying "retired: ...", so a resumed run knows. The hang also costs its designer the hang penalty
+(engine/designer_reward.py).
 """
 
 from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Awaitable, Callable
+
+import msgspec
+import trio
 
 from engine.protocol.config import Config
 from engine.curriculum import ActiveEnv
@@ -77,3 +85,48 @@ def store_plays(store: Store, step: int, results: list) -> list[PlayResult]:
                 )
             )
     return plays
+
+
+def retired_envs(store: Store) -> set[str]:
+    """The environments an earlier step retired (read at start-up, so a resumed run never plays them again)."""
+    return {e.env_id for e in store.environments() if e.valid and e.reason.startswith("retired:")}
+
+
+def retire(store: Store, config: Config, retired: set[str], step: int, plays: list[PlayResult], active: list[ActiveEnv]) -> set[str]:
+    """Retire the environments with a hung call among `plays` (`curriculum.retire_hanging_envs`): out of `active`
+    (in place) and, through the shared `retired`, of any later reuse; marked in the store. Returns their ids."""
+    if not config.curriculum.retire_hanging_envs:
+        return set()
+    failures = {p.env_id: p.failure for p in plays if hung(p) and p.env_id not in retired}
+    records = [r for r in (store.environment(env_id) for env_id in failures) if r is not None]
+    with store.batch() as batch:
+        for record in records:
+            batch.put_environment(msgspec.structs.replace(record, reason=f"retired: a call hung at step {step} ({failures[record.env_id]})"))
+    retired |= set(failures)
+    active[:] = [e for e in active if e.env_id not in retired]
+    return set(failures)
+
+
+class StepPlays(msgspec.Struct):
+    results: list  # every result of the step's play tasks, failed tasks included
+    plays: list[PlayResult]
+
+
+class Plays:
+    """The plays stage of a step: one call sends its tasks, stores the plays and retires the environments that hung."""
+
+    def __init__(self, config: Config, store: Store, retired: set[str], say: Callable[[str], None]):
+        self.config = config
+        self.store = store
+        self.retired = retired
+        self.say = say
+
+    async def play(self, step: int, active: list[ActiveEnv], run_tasks: Callable[[str, list], Awaitable[list]], turn: trio.Event) -> StepPlays:
+        """The tasks go out as soon as the step is admitted; the plays are stored and the hung environments retired
+        once `turn` is set (the step before has sent its batch), so the store and `active` change in step order."""
+        results = await run_tasks(f"step {step + 1}: plays", play_tasks(self.config, step, active))
+        await turn.wait()
+        plays = store_plays(self.store, step, results)
+        for env_id in sorted(retire(self.store, self.config, self.retired, step, plays, active)):
+            self.say(f"step {step + 1}: environment {env_id} retired: a call hung past sandbox.step_timeout_s")
+        return StepPlays(results, plays)

@@ -15,8 +15,8 @@ the designer gets no passage.
 Without a designer (`curriculum.design = false`) each refresh draws its environments without replacement from the
 fixed pool (`curriculum.fixed_envs`, or the seeds; engine/curriculum.py `pool_draw`).
 
-An environment with a hung call is retired (`retire`, with `curriculum.retire_hanging_envs`): it leaves the active
-list and is never reused; the store keeps it valid, its `reason` saying "retired: ...", so a resumed run knows.
+An environment with a hung call is retired by its plays (engine/plays.py `retire`): `Designs.retired` is the set
+both share, so a retired environment is never reused nor offered as an edit's parent.
 
 One id names three things of a design: the design task's `task_id` is the environment's `env_id` and the
 designer sample's `sample_id` (actors/designer.py), so the sample that wrote an environment is found from it.
@@ -41,12 +41,13 @@ from engine.curriculum import (
     active_skills,
     load_environment_folder,
     pool_draw,
+    seed_record,
     skill_description,
     slot_skills,
     truncate_words,
 )
-from engine.protocol.messages import DesignResult, DesignTask, MemoryExample, PlayResult, TaskFailed
-from engine.plays import hung
+from engine.protocol.messages import DesignResult, DesignTask, MemoryExample, TaskFailed
+from engine.plays import retired_envs
 from engine.revalidate import revalidate_designs
 from engine.rlve import rlve_refresh
 from storage.memory import negative_lines, positive_examples
@@ -118,7 +119,7 @@ class Designs:
         self.rng = rng
         self.seeds: list[SeedEnvironment] = []
         self._pool: list[SeedEnvironment] | None = None  # the fixed pool, loaded at the first refresh without a designer
-        self.retired = {e.env_id for e in store.environments() if e.valid and e.reason.startswith("retired:")}
+        self.retired = retired_envs(store)  # shared with the plays stage, which adds to it (engine/plays.py `retire`)
         self._fingerprints: dict[str, str | None] = {}  # env_id -> code_fingerprint, for the duplicate check of edits
         self._codes: dict[str, str] = {}  # env_id -> whole code of the edit parents' candidates
 
@@ -130,13 +131,7 @@ class Designs:
             for seed in seeds:
                 env_id = f"seed-{seed.name}"
                 if self.store.environment(env_id) is None:
-                    batch.put_environment(
-                        EnvironmentRecord(
-                            env_id=env_id, skill=seed.skill, step_created=-1, source="seed", passage_id="", attempt=0,
-                            code=seed.code, reply="", hint=seed.hint, valid=True, reason="", checks=[],
-                            designer_sample_id="", worker_id="", created_at=time.time(), setting=self.config.curriculum.setting,
-                        )
-                    )
+                    batch.put_environment(seed_record(env_id, seed.skill, seed.code, seed.hint, setting=self.config.curriculum.setting))
                 if env_id not in existing:
                     batch.put_memory(
                         MemoryRecord(
@@ -184,8 +179,8 @@ class Designs:
         """The whole code of a valid, not retired environment in the store ("" otherwise), read once."""
         if env_id not in self._codes:
             record = self.store.environment(env_id)
-            self._codes[env_id] = record.code if record is not None and record.valid and env_id not in self.retired else ""
-        return self._codes[env_id]
+            self._codes[env_id] = record.code if record is not None and record.valid else ""
+        return "" if env_id in self.retired else self._codes[env_id]
 
     def duplicate_of(self, code: str, task: DesignTask, memory: list[MemoryRecord]) -> str:
         """The env_id of the environment in memory (or the task's parent) that `code` reproduces; "" when none."""
@@ -280,28 +275,8 @@ class Designs:
             env = self._pool[index]
             env_id = f"{prefix}-{env.name}"
             if env_id not in self.retired:
-                records.append(self.store.environment(env_id) or EnvironmentRecord(
-                    env_id=env_id, skill=env.skill or skills[slot], step_created=-1, source="seed", passage_id="",
-                    attempt=0, code=env.code, reply="", hint=env.hint, valid=True, reason="", checks=[],
-                    designer_sample_id="", worker_id="", created_at=time.time(), setting=c.setting,
-                ))
+                records.append(self.store.environment(env_id) or seed_record(env_id, env.skill or skills[slot], env.code, env.hint, setting=c.setting))
         with self.store.batch() as batch:
             for record in records:
                 batch.put_environment(record)
         return RefreshResult(active=[ActiveEnv.of(r, designed_now=False) for r in records], requested=0, valid=0, tokens=0)
-
-    def retire(self, step: int, plays: list[PlayResult], active: list[ActiveEnv]) -> set[str]:
-        """Retire the environments with a hung call among `plays` (`curriculum.retire_hanging_envs`): out of `active`
-        (in place) and of any later reuse, marked in the store. Returns their ids."""
-        if not self.config.curriculum.retire_hanging_envs:
-            return set()
-        failures = {p.env_id: p.failure for p in plays if hung(p) and p.env_id not in self.retired}
-        records = [r for r in (self.store.environment(env_id) for env_id in failures) if r is not None]
-        with self.store.batch() as batch:
-            for record in records:
-                batch.put_environment(msgspec.structs.replace(record, reason=f"retired: a call hung at step {step} ({failures[record.env_id]})"))
-        self.retired |= set(failures)
-        for env_id in failures:
-            self._codes.pop(env_id, None)
-        active[:] = [e for e in active if e.env_id not in self.retired]
-        return set(failures)

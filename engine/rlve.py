@@ -31,15 +31,13 @@ from __future__ import annotations
 
 import json
 import random
-import time
 
 import msgspec
 
 from engine.protocol.config import Config, RlveConfig
-from engine.curriculum import ActiveEnv, pool_draw
+from engine.curriculum import ActiveEnv, pool_draw, seed_record
 from engine.protocol.messages import ReasoningGymTask, decode_reasoning_gym_task, encode_reasoning_gym_task
 from engine.protocol.paths import RG_HARD_FILE
-from storage.records import EnvironmentRecord
 from storage.store import Store
 
 ENV_PREFIX = "rlve-"
@@ -129,11 +127,8 @@ def rlve_refresh(store: Store, config: Config, step: int):
         name = r.tasks[index]
         problem = ReasoningGymTask(dataset=name, difficulty=controller.sample(name, rng), seed=rng.randrange(1 << 31),
                                    size=1, index=0, max_turns=min(2, config.play.max_turns))
-        records.append(EnvironmentRecord(
-            env_id=f"{ENV_PREFIX}s{step:04d}-{name}", skill=families.get(name, "reasoning-gym"), step_created=step,
-            source="seed", passage_id="", attempt=0, code=encode_reasoning_gym_task(problem), reply="", hint="",
-            valid=True, reason="", checks=[], designer_sample_id="", worker_id="", created_at=time.time(),
-        ))
+        records.append(seed_record(f"{ENV_PREFIX}s{step:04d}-{name}", families.get(name, "reasoning-gym"),
+                                   encode_reasoning_gym_task(problem), "", step=step))
     with store.batch() as batch:
         for record in records:
             batch.put_environment(record)

@@ -3,7 +3,7 @@
 N simulated rollout workers (separate processes, plain pyzmq DEALERs) answer every PlayTask they get with a
 PlayResult whose agent sample is 4-32 KB (300-2,500 tokens; the sample of a task is fixed by its id, so both
 pipelines move the same bytes). Two receivers take the same volume, `--steps` steps of `--tasks` tasks each:
-- engine: the engine's own code: `Engine._receive_workers` on the Bus's ROUTER (engine/protocol/transport.py: decode,
+- engine: the engine's own code: `Hub._receive_workers` (engine/peers/hub.py) on the Bus's ROUTER (engine/protocol/transport.py: decode,
   size limits, counters), the dispatcher's credit and leases, `check_sample`, and `store_plays` (one Store batch,
   i.e. one LMDB transaction, per step), under Trio;
 - raw: a blocking pyzmq ROUTER that sends the tasks by the same credit and puts each result's bytes into LMDB as
@@ -117,28 +117,29 @@ def run_engine(root: Path, args) -> dict:
     paths.config.write_text(dump_config(config))
     paths.update_meta(model_path=str(root))
     engine = Engine(config, paths, [], view=LiveView(args.steps, stream=io.StringIO(), enabled=False))
+    hub = engine.hub
     out: dict = {}
 
     async def main() -> None:
-        async with engine.peers.bus.open() as (worker_sock, learner_sock), trio.open_nursery() as nursery:
-            engine.worker_sock, engine.learner_sock = worker_sock, learner_sock
-            engine.dispatcher = Dispatcher(worker_sock, on_result=lambda result: None)
-            engine.policy_server = PolicyServer(paths, worker_sock, engine._run_info)
-            await nursery.start(engine.dispatcher.run)
-            nursery.start_soon(engine._receive_workers)
-            workers = start_workers(engine.peers.bus.worker_address, args.workers, "e")
-            while len(engine.dispatcher.workers) < args.workers:
+        async with hub.bus.open() as (worker_sock, learner_sock), trio.open_nursery() as nursery:
+            hub.worker_sock, hub.learner_sock = worker_sock, learner_sock
+            hub.dispatcher = Dispatcher(worker_sock, on_result=lambda result: None)
+            hub.policy_server = PolicyServer(paths, worker_sock, hub._run_info)
+            await nursery.start(hub.dispatcher.run)
+            nursery.start_soon(hub._receive_workers)
+            workers = start_workers(hub.bus.worker_address, args.workers, "e")
+            while len(hub.dispatcher.workers) < args.workers:
                 await trio.sleep(0.01)
             started, cpu = time.perf_counter(), time.process_time()
             for step in range(args.steps):
-                results = await engine.dispatcher.run_tasks(tasks_of(step, args.tasks))
+                results = await hub.dispatcher.run_tasks(tasks_of(step, args.tasks))
                 plays = store_plays(engine.store, step, results)
                 assert len(plays) == args.tasks, [r for r in results if not isinstance(r, PlayResult)][:1]
             out["seconds"], out["cpu_s"] = time.perf_counter() - started, time.process_time() - cpu
-            await engine.dispatcher.broadcast(Shutdown())
+            await hub.dispatcher.broadcast(Shutdown())
             for w in workers:
                 await trio.to_thread.run_sync(w.wait)
-            out["counters"] = engine.peers.bus.counters()["workers"]
+            out["counters"] = hub.bus.counters()["workers"]
             nursery.cancel_scope.cancel()
 
     trio.run(main)

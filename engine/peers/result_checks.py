@@ -13,7 +13,7 @@ A result (`DesignResult`, `PlayResult`, `ValidateResult`) passes when `result_pr
   in range; counts and seconds finite and >= 0;
 - it names the worker id its sender joined as, and answers the task it was leased for: the same kind, and the
   sample's id, role, arm, env_id, skill and step (and the play's env_id, arm and seed) are the task's. Only leased
-  results are screened (engine/run.py); any other is the dispatcher's lease check's (engine/peers/leases.py).
+  results are screened (engine/peers/hub.py); any other is the dispatcher's lease check's (engine/peers/leases.py).
 A rejected result becomes a failed task (retried elsewhere as any failure is), is counted in `counters` (and
 run.json's `result_checks`), and is logged at most `LOG_LINES` lines per minute per worker (ids cut short); the
 worker is dropped from the rotation once it has sent `worker.max_rejected` of them (again at each later one,

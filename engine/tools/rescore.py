@@ -4,12 +4,12 @@ advantages and step metrics recomputed from its stored plays under a changed con
     rows = rescore(store, config)       # "step" rows (agent advantages and win rates), "designer_reward" rows
     write_rows(rows, out)               # JSONL; printed as tables by `replay --rescore`
 
-The same formulas as the live run (engine/rewards.py): agent advantages are z-scores within each (environment, arm)
-group of a step's plays (hinted plays only with `play.train_hint_plays`); each valid design made at a refresh step
-gets its designer reward from the plays of its k-step window, as engine/feedback.py `close_window` computes it
-(regret at the refresh step or over the window, the blend's plateau, learning progress against the skill EMAs of
-the rescored earlier windows, the hang penalty), centred per skill and scaled by the agent samples its reward
-step's stored batch trained. A "designer_reward" row keeps the stored values beside the new ones
+The same code as the live run: agent advantages are z-scores within each (environment, arm) group of a step's
+plays (engine/batches.py `advantage_groups`; hinted plays only with `play.train_hint_plays`); each valid design made
+at a refresh step gets its designer reward from the plays of its k-step window by engine/designer_reward.py
+`score_window` (regret at the refresh step or over the window, the blend's plateau, learning progress against the
+skill EMAs of the rescored earlier windows, the hang penalty), centred per skill and scaled by the agent samples its
+reward step's stored batch trained. A "designer_reward" row keeps the stored values beside the new ones
 (`stored_raw_reward`, `stored_advantage`): with the run's own config the two agree (tests/engine/tools/test_rescore.py).
 Only the store is read (bad records are skipped and reported); the output goes to a file of the caller's choice.
 """
@@ -20,37 +20,23 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from engine.batches import advantage_groups
+from engine.designer_reward import History, score_window
 from engine.protocol.config import Config
-from engine.plays import hung
-from engine.rewards import (
-    designer_advantages,
-    designer_reward,
-    designer_scale,
-    group_advantages,
-    learnable,
-    mean,
-    progress_baselines,
-    returns_by_group,
-    win_rate,
-    window_win_rate,
-)
+from engine.rewards import learnable, mean, returns_by_group, win_rate
 from storage.records import StoredRecordError
 from storage.scan import tolerant
-from storage.store import Store
+from storage.store import Store, trajectory_key
 
 
 def step_row(step: int, plays: list, train_hint: bool) -> dict:
     """One step's agent advantages and win rates from its stored plays (agent TrajectoryRecords, in key order)."""
+    advantages = [
+        {"sample_id": p.sample_id, "env_id": env_id, "arm": arm, "return": p.episode_return, "advantage": a}
+        for (env_id, arm), members, values in advantage_groups(plays, train_hint=train_hint)
+        for p, a in zip(members, values)
+    ]
     groups = returns_by_group(plays)
-    advantages = []
-    for (env_id, arm), returns in groups.items():
-        if arm == "hint" and not train_hint:
-            continue
-        members = [p for p in plays if p.status != "failed" and (p.env_id, p.arm) == (env_id, arm)]
-        advantages += [
-            {"sample_id": p.sample_id, "env_id": env_id, "arm": arm, "return": p.episode_return, "advantage": a}
-            for p, a in zip(members, group_advantages(returns))
-        ]
     by_arm: dict[str, list[float]] = defaultdict(list)
     for (_, arm), returns in groups.items():
         by_arm[arm] += returns
@@ -75,58 +61,29 @@ def rescore(store: Store, config: Config, skipped: list[StoredRecordError]) -> l
     stored = {r.env_id: r for r in tolerant(store, "designer_rewards", skipped)}
     agent_trained: dict[int, int] = defaultdict(int)  # agent samples each step's stored batch trained
     for batch in tolerant(store, "batches", skipped):
-        agent_trained[batch.step] += sum(1 for e in batch.entries if e.trajectory_key in _agent_keys(plays, batch.step))
+        keys = {trajectory_key(p.step, p.sample_id) for p in plays.get(batch.step, ())}
+        agent_trained[batch.step] += sum(1 for e in batch.entries if e.trajectory_key in keys)
     rows = [step_row(step, plays[step], config.play.train_hint_plays) for step in sorted(plays)]
-    history: list[tuple[int, str, float]] = []  # (refresh step, skill, window win rate): learning progress's EMA
+    history: History = []  # the rescored earlier windows, for learning progress's EMA
     last = max(plays, default=-1)
     for env_step in range(0, last + 1, k):
         end = env_step + k - 1
-        made = [e for e in envs if e.step_created == env_step and any(p.env_id == e.env_id for p in plays[env_step])]
-        if end > last or not made:
+        if end > last:
             continue
-        returns: dict[tuple[str, int, str], list[float]] = defaultdict(list)
-        hangs = set()
-        for step in range(env_step, end + 1):
-            for p in plays[step]:
-                if hung(p):
-                    hangs.add(p.env_id)
-                if p.status != "failed":
-                    returns[(p.env_id, step, p.arm)].append(p.episode_return)
-        window = range(env_step, end + 1)
-
-        def arm(env_id: str, name: str, steps) -> list[float]:
-            return [x for s in steps for x in returns[(env_id, s, name)]]
-
-        for e in made:
-            history.append((env_step, e.skill, window_win_rate(reward, arm(e.env_id, "no_hint", window))))
-        baselines = progress_baselines(history, reward.progress_gamma) if reward.designer_reward == "learning_progress" else {}
-        scored = []
-        for e in made:
-            first_hint, first_no_hint = arm(e.env_id, "hint", [env_step]), arm(e.env_id, "no_hint", [env_step])
-            hint_all, no_hint_all = arm(e.env_id, "hint", window), arm(e.env_id, "no_hint", window)
-            if not e.hint:
-                first_hint, hint_all = first_no_hint, no_hint_all
-            raw, regret, win = designer_reward(
-                reward, hint_returns_first=first_hint, no_hint_returns_first=first_no_hint, hint_returns_all=hint_all,
-                no_hint_returns_all=no_hint_all, hung=e.env_id in hangs, baseline=baselines.get(e.skill, 0.0),
-            )
-            scored.append((e, raw, regret, win))
         samples = agent_trained.get(end) or next((r["agent_samples"] for r in rows if r["step"] == end), 0)
-        scale = designer_scale(reward, samples, len(scored), k)
-        advantages = designer_advantages([s[0].skill for s in scored], [s[1] for s in scored], scale, reward.designer_advantage == "standardised")
-        for (e, raw, regret, win), advantage in zip(scored, advantages):
-            old = stored.get(e.env_id)
+        made = [e for e in envs if e.step_created == env_step]
+        score = score_window(reward, k, env_step, made, {s: plays.get(s, []) for s in range(env_step, end + 1)}, history, samples)
+        history += score.history
+        for d in score.designs:
+            old = stored.get(d.env.env_id)
             rows.append({
-                "kind": "designer_reward", "env_id": e.env_id, "skill": e.skill, "env_step": env_step, "reward_step": env_step + k,
-                "variant": reward.designer_reward, "regret": regret, "win_rate": win, "raw_reward": raw, "advantage": advantage,
-                "scale": scale, "stored_variant": old.variant if old else None, "stored_raw_reward": old.raw_reward if old else None,
+                "kind": "designer_reward", "env_id": d.env.env_id, "skill": d.env.skill, "env_step": env_step,
+                "reward_step": env_step + k, "variant": reward.designer_reward, "regret": d.regret, "win_rate": d.win_rate,
+                "raw_reward": d.raw_reward, "advantage": d.advantage, "scale": score.scale,
+                "stored_variant": old.variant if old else None, "stored_raw_reward": old.raw_reward if old else None,
                 "stored_advantage": old.advantage if old else None,
             })
     return rows
-
-
-def _agent_keys(plays: dict[int, list], step: int) -> set[str]:
-    return {f"{p.step:08d}/{p.sample_id}" for p in plays.get(step, ())}
 
 
 def write_rows(rows: list[dict], out: Path) -> None:

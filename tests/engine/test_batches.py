@@ -1,20 +1,22 @@
+"""Training batches (engine/batches.py): agent advantages, the stale drop, the step's batch, its record and read-back."""
+
 import math
 
 import msgspec
 import pytest
 
-from engine.batches import MissingTrajectory, agent_samples, batch_record, drop_stale, stored_batch_samples
+from engine.batches import MissingTrajectory, agent_samples, batch_record, drop_stale, step_batch, stored_batch_samples
 from engine.protocol.errors import InputError
 from engine.protocol.messages import PlayResult, Sample, pack_floats, pack_ints, pack_mask
 from storage.records import BatchEntry, BatchRecord, TrajectoryRecord
 from storage.store import Store, trajectory_key
-from tests.engine.test_feedback import _sample
+from tests.engine.builders import make_sample
 
 
 def _play(sample_id, env_id, arm, episode_return, status="completed"):
     return PlayResult(
         task_id=sample_id, worker_id="w", env_id=env_id, arm=arm, seed=0, status=status, failure="", episode_return=episode_return,
-        turns=[], agent=_sample(sample_id, "agent", env_id, "A", arm, 0), tokens_generated=1, seconds=0.0,
+        turns=[], agent=make_sample(sample_id, "agent", env_id, "A", arm, 0), tokens_generated=1, seconds=0.0,
     )
 
 
@@ -52,6 +54,20 @@ def test_no_plays_give_no_samples():
     assert agent_samples([_play("x", "a", "no_hint", 1.0, status="failed")]) == ([], 0)
 
 
+def test_a_steps_batch_is_its_fresh_agent_samples_and_the_designer_samples_due():
+    """The hinted plays train only with `play.train_hint_plays`; a sample older than the bound is dropped and counted;
+    the groups are counted before the drop."""
+    plays = [_play("n0", "a", "no_hint", 1.0), _play("n1", "a", "no_hint", 0.0), _play("h0", "a", "hint", 1.0), _play("h1", "a", "hint", 0.0)]
+    due = [make_sample("d", "designer", "a", "A", "design", 0)]
+    batch = step_batch(plays, due, train_hint=False, trained_at=0, bound=0)
+    assert [s.sample_id for s in batch.samples] == ["n0", "n1", "d"] and batch.designer == due
+    assert (batch.agent_groups, batch.zero_variance_groups, batch.dropped_stale) == (1, 0, 0)
+    with_hints = step_batch(plays, [], train_hint=True, trained_at=0, bound=0)
+    assert [s.sample_id for s in with_hints.agent] == ["n0", "n1", "h0", "h1"] and with_hints.agent_groups == 2
+    stale = step_batch(plays, due, train_hint=True, trained_at=5, bound=2)  # sampled by version 0, trained by 5
+    assert (stale.agent, stale.designer, stale.agent_groups, stale.dropped_stale) == ([], due, 2, 4)
+
+
 def _sampled(versions, role="agent"):
     return Sample(
         sample_id=f"{role}-{versions}", role=role, env_id="e", skill="A", arm="no_hint", step=0,
@@ -79,8 +95,8 @@ def _trajectory(sample):
 
 def test_a_recorded_batch_reads_back_with_the_advantages_and_rewards_it_trained_with(tmp_path):
     store = Store.open(tmp_path / "store")
-    agent = _sample("p0", "agent", "e1", "A", "no_hint", 3)
-    designer = _sample("d-e1", "designer", "e1", "A", "design", 2)
+    agent = make_sample("p0", "agent", "e1", "A", "no_hint", 3)
+    designer = make_sample("d-e1", "designer", "e1", "A", "design", 2)
     with store.batch() as batch:  # stored as played: advantage 0, and the designer's reward not yet known
         batch.put_trajectory(_trajectory(agent))
         batch.put_trajectory(_trajectory(designer))

@@ -1,3 +1,5 @@
+"""What the designer is asked for (engine/curriculum.py): skills, corpus, seeds, the fixed pool, seed records."""
+
 import json
 
 import pytest
@@ -12,6 +14,7 @@ from engine.curriculum import (
     active_skills,
     load_corpus,
     load_seeds,
+    seed_record,
     slot_skills,
     truncate_words,
 )
@@ -116,3 +119,11 @@ def test_a_fixed_pool_is_drawn_without_replacement_across_refreshes(tmp_path):
         load_environment_folder(tmp_path / "empty")
     with pytest.raises(SeedsError, match=r"^curriculum.fixed_envs: .* is not a folder of environment .py files$"):
         load_environment_folder(tmp_path / "missing")
+
+
+def test_a_seed_record_is_valid_and_has_no_design_behind_it():
+    record = seed_record("seed-alpha", "A", "class AlphaEnv: ...", "a hint", setting="tool_use")
+    assert (record.env_id, record.skill, record.code, record.hint, record.setting) == ("seed-alpha", "A", "class AlphaEnv: ...", "a hint", "tool_use")
+    assert (record.valid, record.source, record.step_created, record.reason, record.checks) == (True, "seed", -1, "", [])
+    assert (record.passage_id, record.designer_sample_id, record.worker_id, record.parent_id) == ("", "", "", "")
+    assert seed_record("rlve-s0003-x", "B", "{}", "", step=3).step_created == 3

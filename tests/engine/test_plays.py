@@ -1,9 +1,14 @@
+"""A step's plays (engine/plays.py): the tasks and their seeds, the stored plays, the retirement of hung environments."""
+
+import trio
+import trio.testing
+
 from engine.protocol.config_loading import load_config
 from engine.curriculum import ActiveEnv
 from engine.protocol.messages import PlayResult, TaskFailed, TurnRecord
-from engine.plays import play_tasks, store_plays
+from engine.plays import Plays, play_tasks, retire, store_plays
 from storage.store import Store, trajectory_key
-from tests.engine.test_feedback import _sample
+from tests.engine.builders import make_designs, make_sample
 
 
 def _env(env_id, skill="A"):
@@ -74,7 +79,7 @@ def _result(sample_id, env_id, arm, episode_return, status="completed", seed=5):
     return PlayResult(
         task_id=sample_id, worker_id="w", env_id=env_id, arm=arm, seed=seed, status=status,
         failure="timeout" if status == "failed" else "", episode_return=episode_return, turns=[turn],
-        agent=_sample(sample_id, "agent", env_id, "A", arm, 3), tokens_generated=4, seconds=0.5,
+        agent=make_sample(sample_id, "agent", env_id, "A", arm, 3), tokens_generated=4, seconds=0.5,
     )
 
 
@@ -92,3 +97,76 @@ def test_store_plays_stores_only_play_results_and_returns_them(tmp_path):
     assert store_plays(store, 4, [TaskFailed(task_id="x", worker_id="w", reason="r")]) == []
     assert list(store.trajectories(4)) == []
     store.close()
+
+
+HANG = "timeout: the call took longer than 10 s"
+
+
+def test_a_hung_environment_is_retired_and_never_reused(tmp_path):
+    from engine.refresh import Designs
+
+    designs, store = make_designs(tmp_path)
+    with store.batch() as batch:
+        batch.put_environment(_stored("e1", step=0))
+        batch.put_environment(_stored("e2", step=1))
+    active = [ActiveEnv.of(store.environment("e1"), designed_now=True), ActiveEnv.of(store.environment("e2"), designed_now=True)]
+    play = _hung("e1")
+    assert retire(store, designs.config, designs.retired, 3, [play], active) == {"e1"}
+    assert [e.env_id for e in active] == ["e2"]
+    assert store.environment("e1").valid and store.environment("e1").reason.startswith("retired: a call hung at step 3")
+    assert designs.reuse("A", {"e2"}) is None  # e1 is never played again (Designs shares the retired set) ...
+    assert retire(store, designs.config, designs.retired, 4, [play], active) == set()  # retired once
+    store.close()
+    again, store = make_designs(tmp_path)  # ... not even after a restart
+    assert isinstance(again, Designs) and again.retired == {"e1"}
+    store.close()
+
+
+def test_the_plays_stage_sends_at_once_and_stores_and_retires_on_its_turn(tmp_path):
+    designs, store = make_designs(tmp_path, "play.plays_per_env=1", "play.hint_plays_per_env=0")
+    with store.batch() as batch:
+        batch.put_environment(_stored("e1", step=0))
+    active = [ActiveEnv.of(store.environment("e1"), designed_now=True)]
+    said, sent = [], []
+    stage = Plays(designs.config, store, designs.retired, said.append)
+
+    async def run_tasks(label, tasks):
+        sent.append((label, [t.task_id for t in tasks]))
+        return [_hung("e1", tasks[0].task_id)]
+
+    async def main():
+        turn = trio.Event()
+        async with trio.open_nursery() as nursery:
+            out = {}
+
+            async def play():
+                out["played"] = await stage.play(1, active, run_tasks, turn)
+
+            nursery.start_soon(play)
+            await trio.testing.wait_all_tasks_blocked()
+            assert sent == [("step 2: plays", ["s0001-e1-no_hint-00"])]  # sent at once ...
+            assert list(store.trajectories()) == [] and len(active) == 1  # ... stored and retired on its turn
+            turn.set()
+        return out["played"]
+
+    played = trio.run(main)
+    assert [p.env_id for p in played.plays] == ["e1"] and played.results == played.plays
+    assert [t.sample_id for t in store.trajectories(1)] == ["s0001-e1-no_hint-00"]
+    assert active == [] and designs.retired == {"e1"}
+    assert said == ["step 2: environment e1 retired: a call hung past sandbox.step_timeout_s"]
+    store.close()
+
+
+def _stored(env_id, step):
+    from storage.records import EnvironmentRecord
+
+    return EnvironmentRecord(
+        env_id=env_id, skill="A", step_created=step, source="designed", passage_id="p", attempt=1, code=f"class A{step}Env: ...",
+        reply="", hint="h", valid=True, reason="", checks=[], designer_sample_id="", worker_id="w", created_at=0.0,
+    )
+
+
+def _hung(env_id, task_id="t"):
+    return PlayResult(task_id=task_id, worker_id="w", env_id=env_id, arm="no_hint", seed=0, status="failed", failure=HANG,
+                      episode_return=0.0, turns=[], agent=make_sample(task_id, "agent", env_id, "A", "no_hint", 3),
+                      tokens_generated=0, seconds=10.0)

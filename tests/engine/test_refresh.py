@@ -1,18 +1,15 @@
-import random
+"""The refresh (engine/refresh.py): design tasks, their stored verdicts, retries, reuse, the fixed pool and edits."""
 
 import msgspec
 import trio
 
 from engine.protocol.config_loading import load_config
-from engine.curriculum import Passage, PassageSampler, SeedEnvironment
-from engine.protocol.messages import DesignResult, DesignTask, TaskFailed
-from engine.refresh import Designs, design_id, design_record, designer_trajectory
+from engine.curriculum import SeedEnvironment
+from engine.protocol.messages import DesignTask, TaskFailed
+from engine.refresh import design_id, design_record, designer_trajectory
 from storage.records import EnvironmentRecord, MemoryRecord
-from storage.store import Store, trajectory_key
-from tests.engine.test_feedback import _sample
-
-CHECKS_OK = [("parse", True, ""), ("reset", True, "")]
-CHECKS_BAD = [("parse", True, ""), ("reset", False, "reset raised ValueError")]
+from storage.store import trajectory_key
+from tests.engine.builders import CHECKS_BAD, CHECKS_OK, SEEDS, Workers, design_result, make_designs
 
 
 def test_design_id_names_step_slot_and_attempt():
@@ -28,25 +25,15 @@ def _task(task_id="s0002-e01-a2", skill="A", step=2, attempt=2):
     )
 
 
-def _result(task, valid=True, tokens=100):
-    return DesignResult(
-        task_id=task.task_id, worker_id="w1", skill=task.skill, passage_id=task.passage_id, attempt=task.attempt,
-        reply=f"reply to {task.task_id}", code=f"class Helper: ...\nclass {task.skill}Env: ..." if valid else "class Broken: ...",
-        valid=valid, reason="" if valid else "reset failed: reset raised ValueError", checks=CHECKS_OK if valid else CHECKS_BAD,
-        hint=f"hint {task.task_id}", designer=_sample(task.task_id, "designer", task.task_id, task.skill, "design", task.step),
-        tokens_generated=tokens if valid else 7, seconds=1.0,
-    )
-
-
 def test_design_record_of_a_valid_and_a_rejected_design():
     task = _task()
-    record = design_record(task, _result(task))
+    record = design_record(task, design_result(task))
     assert (record.env_id, record.skill, record.step_created, record.source, record.passage_id, record.attempt) == (
         "s0002-e01-a2", "A", 2, "designed", "p7", 2)
     assert (record.valid, record.reason, record.checks, record.worker_id) == (True, "", CHECKS_OK, "w1")
     assert (record.code, record.reply, record.hint) == ("class Helper: ...\nclass AEnv: ...", "reply to s0002-e01-a2", "hint s0002-e01-a2")
     assert record.designer_sample_id == "s0002-e01-a2"
-    rejected = design_record(task, _result(task, valid=False))
+    rejected = design_record(task, design_result(task, valid=False))
     assert (rejected.valid, rejected.reason, rejected.checks, rejected.code) == (
         False, "reset failed: reset raised ValueError", CHECKS_BAD, "class Broken: ...")
 
@@ -62,30 +49,13 @@ def test_design_record_of_a_failed_task_is_a_rejected_design_with_the_workers_re
 
 def test_designer_trajectory_carries_the_designers_sample_and_verdict():
     task = _task()
-    result = _result(task)
+    result = design_result(task)
     t = designer_trajectory(task, result)
     assert (t.sample_id, t.role, t.env_id, t.skill, t.arm, t.step, t.status, t.failure, t.episode_return, t.turns) == (
         "s0002-e01-a2", "designer", "s0002-e01-a2", "A", "design", 2, "designed", "", 0.0, [])
     assert t.sample == result.designer
-    rejected = designer_trajectory(task, _result(task, valid=False))
+    rejected = designer_trajectory(task, design_result(task, valid=False))
     assert (rejected.status, rejected.failure) == ("rejected", "reset failed: reset raised ValueError")
-
-
-SEEDS = [
-    SeedEnvironment(name="alpha", skill="A", code="class Grid:\n    pass\n\nclass AlphaEnv:\n    pass\n", hint="alpha hint"),
-    SeedEnvironment(name="beta", skill="B", code="class BetaEnv:\n    pass\n", hint="beta hint"),
-]
-
-
-def _designs(tmp_path, *overrides):
-    config = load_config(overrides=[
-        'curriculum.skills=["A", "B"]', "curriculum.skills_per_refresh=2", "curriculum.envs_per_step=3",
-        "curriculum.design_attempts=3", "curriculum.revalidate=false", "curriculum.edit_share=0",  # (edits: below)
-        *overrides,  # revalidation: tests/engine/test_revalidate.py
-    ])
-    store = Store.open(tmp_path / "store")
-    sampler = PassageSampler([Passage(f"p{i}", f"passage number {i}") for i in range(20)], seed=0)
-    return Designs(config, store, sampler, random.Random(0)), store
 
 
 def _env(env_id, skill, *, source="designed", step=0, valid=True):
@@ -96,7 +66,7 @@ def _env(env_id, skill, *, source="designed", step=0, valid=True):
 
 
 def test_seed_memory_stores_the_seeds_once_and_keeps_the_memory(tmp_path):
-    designs, store = _designs(tmp_path)
+    designs, store = make_designs(tmp_path)
     old = MemoryRecord(env_id="old", skill="A", name="OldEnv", code="", win_rate=0.3, regret=0.2, step=4, source="designed")
     with store.batch() as batch:
         batch.put_memory(old)
@@ -117,7 +87,7 @@ def test_seed_memory_stores_the_seeds_once_and_keeps_the_memory(tmp_path):
 
 
 def test_reuse_takes_the_newest_designed_of_the_skill_then_its_seeds_then_any_seed(tmp_path):
-    designs, store = _designs(tmp_path)
+    designs, store = make_designs(tmp_path)
     assert designs.reuse("A", set()) is None  # nothing stored
     with store.batch() as batch:
         for record in (
@@ -138,7 +108,7 @@ def test_reuse_takes_the_newest_designed_of_the_skill_then_its_seeds_then_any_se
 
 
 def test_reuse_prefers_the_environment_likeliest_to_give_its_group_variance(tmp_path):
-    designs, store = _designs(tmp_path)
+    designs, store = make_designs(tmp_path)
     designs.seeds = [SeedEnvironment(name=n, skill="A", code="class XEnv: ...", hint="h", level=n.split("_")[1])
                      for n in ("a_hard", "a_easy", "a_medium")]
     with store.batch() as batch:
@@ -158,30 +128,6 @@ def test_reuse_prefers_the_environment_likeliest_to_give_its_group_variance(tmp_
     store.close()
 
 
-class Workers:
-    """Scripted workers: each design task's verdict by task id ("valid", "rejected" or "failed"); rejected otherwise."""
-
-    def __init__(self, verdicts=None, default="rejected"):
-        self.verdicts = verdicts or {}
-        self.default = default
-        self.calls = []
-
-    async def __call__(self, label, tasks):
-        await trio.lowlevel.checkpoint()
-        self.calls.append((label, tasks))
-        out = []
-        for task in tasks:
-            verdict = self.verdicts.get(task.task_id, self.default)
-            if verdict == "failed":
-                out.append(TaskFailed(task_id=task.task_id, worker_id="w9", reason="worker lost"))
-            else:
-                out.append(_result(task, valid=verdict == "valid"))
-        return out
-
-    def task_ids(self):
-        return [[t.task_id for t in tasks] for _, tasks in self.calls]
-
-
 VERDICTS = {
     "s0002-e00-a1": "valid",
     "s0002-e01-a1": "rejected", "s0002-e01-a2": "failed", "s0002-e01-a3": "valid",
@@ -194,7 +140,7 @@ def _refresh(designs, workers, step=2):
 
 
 def _stored(tmp_path):
-    designs, store = _designs(tmp_path)
+    designs, store = make_designs(tmp_path)
     designs.seed_memory(SEEDS)
     with store.batch() as batch:
         batch.put_environment(_env("old-a", "A", step=0))
@@ -254,7 +200,7 @@ def test_refresh_stops_once_every_slot_is_filled(tmp_path):
 
 
 def test_without_reuse_a_slot_whose_designs_all_failed_stays_empty(tmp_path):
-    designs, store = _designs(tmp_path, "curriculum.reuse_valid_envs=false")
+    designs, store = make_designs(tmp_path, "curriculum.reuse_valid_envs=false")
     designs.seed_memory(SEEDS)
     with store.batch() as batch:
         batch.put_environment(_env("old-a", "A", step=0))
@@ -275,7 +221,7 @@ def test_reuse_fills_the_empty_slots_with_distinct_environments(tmp_path):
 
 
 def test_without_a_designer_no_design_is_asked_for_and_the_seeds_are_played(tmp_path):
-    designs, store = _designs(tmp_path, "curriculum.design=false")
+    designs, store = make_designs(tmp_path, "curriculum.design=false")
     seeds = SEEDS + [SeedEnvironment(name="gamma", skill="A", code="class GammaEnv:\n    pass\n", hint="gamma hint")]
     designs.seed_memory(seeds)
     workers = Workers(default="valid")
@@ -296,34 +242,12 @@ def test_a_fixed_folder_is_drawn_without_replacement_across_refreshes(tmp_path):
     pool.mkdir()
     for i in range(7):
         (pool / f"g{i}.py").write_text(f"class G{i}Env:\n    pass\n")
-    designs, store = _designs(tmp_path, "curriculum.design=false", f"curriculum.fixed_envs={pool}", "curriculum.refresh_interval=1")
+    designs, store = make_designs(tmp_path, "curriculum.design=false", f"curriculum.fixed_envs={pool}", "curriculum.refresh_interval=1")
     designs.seed_memory(SEEDS)
     drawn = [[e.env_id for e in _refresh(designs, Workers(), step=step).active] for step in range(2)]
     assert all(len(ids) == 3 for ids in drawn) and len(set(drawn[0] + drawn[1])) == 6  # 6 of the 7, none twice
     assert all(env_id.startswith("fixed-g") for ids in drawn for env_id in ids)
     assert {e.skill for e in store.environments() if e.env_id.startswith("fixed-")} <= {"A", "B"}  # the slots' skills
-    store.close()
-
-
-def test_a_hung_environment_is_retired_and_never_reused(tmp_path):
-    from engine.curriculum import ActiveEnv
-    from engine.protocol.messages import PlayResult
-
-    designs, store = _designs(tmp_path)
-    with store.batch() as batch:
-        batch.put_environment(_env("e1", "A"))
-        batch.put_environment(_env("e2", "A", step=1))
-    active = [ActiveEnv.of(store.environment("e1"), designed_now=True), ActiveEnv.of(store.environment("e2"), designed_now=True)]
-    play = PlayResult(task_id="t", worker_id="w", env_id="e1", arm="no_hint", seed=0, status="failed",
-                      failure="timeout: the call took longer than 10 s", episode_return=0.0, turns=[],
-                      agent=_sample("t", "agent", "e1", "A", "no_hint", 3), tokens_generated=0, seconds=10.0)
-    assert designs.retire(3, [play], active) == {"e1"}
-    assert [e.env_id for e in active] == ["e2"]
-    assert store.environment("e1").valid and store.environment("e1").reason.startswith("retired: a call hung at step 3")
-    assert designs.reuse("A", {"e2"}) is None  # e1 is never played again ...
-    store.close()
-    again, store = _designs(tmp_path)  # ... not even after a restart
-    assert again.retired == {"e1"}
     store.close()
 
 
@@ -347,7 +271,7 @@ class EditWorkers(Workers):
 
 
 def _edit_designs(tmp_path):
-    designs, store = _designs(tmp_path, "curriculum.edit_share=1", 'curriculum.skills=["A"]', "curriculum.skills_per_refresh=1",
+    designs, store = make_designs(tmp_path, "curriculum.edit_share=1", 'curriculum.skills=["A"]', "curriculum.skills_per_refresh=1",
                               "curriculum.envs_per_step=1")
     designs.seed_memory([SeedEnvironment(name="alpha", skill="A", code=PARENT, hint="alpha hint"), SEEDS[1]])
     return designs, store
@@ -392,7 +316,7 @@ def test_an_edit_that_copies_another_remembered_environment_is_a_duplicate_too(t
 
 
 def test_no_edit_without_a_parent_that_fits_the_designers_budget(tmp_path):
-    designs, store = _designs(tmp_path, "curriculum.edit_share=1", "play.designer_max_tokens=4")  # 12 characters
+    designs, store = make_designs(tmp_path, "curriculum.edit_share=1", "play.designer_max_tokens=4")  # 12 characters
     designs.seed_memory(SEEDS)
     workers = Workers(default="valid")
     _refresh(designs, workers, step=0)

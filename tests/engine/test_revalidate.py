@@ -6,7 +6,7 @@ from engine.protocol.config_loading import load_config
 from engine.protocol.messages import TaskFailed, ValidateResult, ValidateTask
 from engine.refresh import design_record
 from engine.revalidate import revalidate_designs
-from tests.engine.peers.test_result_checks import DESIGN_TASK, _design
+from tests.engine.builders import DESIGN_TASK, SEEDS, Workers, checked_design, make_designs
 
 
 def _answer(task: ValidateTask, worker_id: str, valid: bool, reason: str = "") -> ValidateResult:
@@ -25,27 +25,27 @@ def _run(config, results, answer):
 
 
 def test_a_confirmed_design_stays_valid_and_says_who_confirmed_it():
-    out, sent = _run(load_config(), [_design(worker_id="w0")], lambda t: _answer(t, "w1", True))
+    out, sent = _run(load_config(), [checked_design(worker_id="w0")], lambda t: _answer(t, "w1", True))
     assert [(t.env_id, t.author, t.code, t.hint) for t in sent] == [(DESIGN_TASK.task_id, "w0", "class E: ...", "h")]
     record = design_record(DESIGN_TASK, out[0])
     assert record.valid and record.checks[-1] == ("revalidation", True, "confirmed by w1 (another worker)")
-    out, _ = _run(load_config(), [_design(worker_id="w0")], lambda t: _answer(t, "w0", True))
+    out, _ = _run(load_config(), [checked_design(worker_id="w0")], lambda t: _answer(t, "w0", True))
     assert out[0].checks[-1][2] == "confirmed by w0 (its author, in a fresh sandbox process)"
 
 
 def test_a_refuted_design_is_stored_as_rejected_with_the_reason():
-    out, _ = _run(load_config(), [_design(worker_id="w0")], lambda t: _answer(t, "w1", False, "deterministic: reset(0) differs"))
+    out, _ = _run(load_config(), [checked_design(worker_id="w0")], lambda t: _answer(t, "w1", False, "deterministic: reset(0) differs"))
     record = design_record(DESIGN_TASK, out[0])
     assert not record.valid and record.reason == "revalidation by w1: deterministic: reset(0) differs"
-    out, _ = _run(load_config(), [_design(worker_id="w0")], lambda t: TaskFailed(task_id=t.task_id, worker_id="w1", reason="boom"))
+    out, _ = _run(load_config(), [checked_design(worker_id="w0")], lambda t: TaskFailed(task_id=t.task_id, worker_id="w1", reason="boom"))
     assert not out[0].valid and out[0].reason == "revalidation failed: boom"
 
 
 def test_only_designs_claimed_valid_are_revalidated_and_the_switch_turns_it_off():
-    invalid, failed = _design(valid=False, reason="x"), TaskFailed(task_id=DESIGN_TASK.task_id, worker_id="w0", reason="r")
+    invalid, failed = checked_design(valid=False, reason="x"), TaskFailed(task_id=DESIGN_TASK.task_id, worker_id="w0", reason="r")
     out, sent = _run(load_config(), [invalid, failed], lambda t: _answer(t, "w1", False))
     assert out == [invalid, failed] and sent == []
-    design = _design()
+    design = checked_design()
     out, sent = _run(load_config(overrides=["curriculum.revalidate=false"]), [design], lambda t: _answer(t, "w1", False))
     assert out == [design] and sent == []
 
@@ -53,9 +53,7 @@ def test_only_designs_claimed_valid_are_revalidated_and_the_switch_turns_it_off(
 def test_refresh_plays_only_what_the_revalidation_confirmed(tmp_path):
     """Designs.refresh with revalidation on: slot 0's design is confirmed, slot 1's refuted (stored rejected, the
     slot retried), and the ValidateTasks go out between the designs and the store."""
-    from tests.engine.test_refresh import SEEDS, Workers, _designs
-
-    designs, store = _designs(tmp_path, "curriculum.revalidate=true", "curriculum.design_attempts=2", "curriculum.envs_per_step=2")
+    designs, store = make_designs(tmp_path, "curriculum.revalidate=true", "curriculum.design_attempts=2", "curriculum.envs_per_step=2")
     designs.seed_memory(SEEDS)
     workers = Workers(default="valid")
     design_answers = workers.__call__

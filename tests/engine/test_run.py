@@ -1,3 +1,5 @@
+"""The engine's resume (engine/run.py `restore`) and the stale drop at training time."""
+
 from engine.protocol.config_loading import load_config
 from engine.metrics.live import LiveView
 from engine.protocol.messages import Sample
@@ -13,7 +15,7 @@ from storage.records import (
     RunState,
 )
 from storage.store import trajectory_key
-from tests.engine.test_feedback import _design
+from tests.engine.builders import design_trajectory
 
 
 def _reward(env_id, env_step, reward_step):
@@ -35,7 +37,7 @@ def test_restore_keeps_only_the_designer_samples_due_next_and_not_yet_trained(tm
             reply="", hint="h", valid=True, reason="", checks=[], designer_sample_id="d-e1", worker_id="w", created_at=0.0,
         ))
         for env_id, env_step, reward_step in (("e0", 1, 3), ("e1", 2, 3), ("e2", 2, 3), ("e3", 3, 4)):
-            batch.put_trajectory(_design(env_id, "A", step=env_step))
+            batch.put_trajectory(design_trajectory(env_id, "A", step=env_step))
             batch.put_designer_reward(_reward(env_id, env_step, reward_step))
         batch.put_batch(BatchRecord(version=0, step=2, checkpoint=False, entries=[BatchEntry(trajectory_key(2, "d-e2"), 0.1, 0.7)]))
     state = RunState(steps_done=3, batches=1, active_env_ids=["e1"], refresh_step=2)

@@ -4,7 +4,7 @@ import pytest
 
 from engine.protocol.messages import PlayResult, TaskFailed, TurnRecord
 from engine.metrics.steps import MetricsLog, StepOutcome, step_metrics
-from tests.engine.test_feedback import _sample
+from tests.engine.builders import make_sample
 
 
 def _turn(rule):
@@ -14,7 +14,7 @@ def _turn(rule):
 def _play(env_id, arm, episode_return, rules=("boxed_last",), status="completed"):
     return PlayResult(
         task_id=f"{env_id}-{arm}", worker_id="w", env_id=env_id, arm=arm, seed=0, status=status, failure="", episode_return=episode_return,
-        turns=[_turn(r) for r in rules], agent=_sample(f"{env_id}-{arm}", "agent", env_id, "A", arm, 0), tokens_generated=3, seconds=1.0,
+        turns=[_turn(r) for r in rules], agent=make_sample(f"{env_id}-{arm}", "agent", env_id, "A", arm, 0), tokens_generated=3, seconds=1.0,
     )
 
 

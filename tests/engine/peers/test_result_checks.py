@@ -7,38 +7,21 @@ import pytest
 
 from engine.peers.dispatch import WorkerState
 from engine.protocol.messages import (
-    DesignResult,
-    DesignTask,
     PlayResult,
     PlayTask,
-    Sample,
     TaskFailed,
     TurnRecord,
     ValidateResult,
     ValidateTask,
-    pack_floats,
-    pack_ints,
-    pack_mask,
     sample_problem,
 )
 from engine.tools.models import read_vocab_size
 from engine.peers.result_checks import ResultGate, result_problem
+from tests.engine.builders import DESIGN_TASK, checked_design as _design, checked_sample as _sample
 
 VOCAB = 100
 NEWEST = 3
-
-
-def _sample(sample_id="s0000-e-no_hint-00", role="agent", arm="no_hint", env_id="e", step=0, tokens=(5, 6, 7, 8), mask=(0, 1, 1, 1),
-            logprobs=(0.0, -1.0, -2.0, -0.5), versions=(-1, 3, 3, 3), reward=1.0, **extra) -> Sample:
-    return Sample(
-        sample_id=sample_id, role=role, env_id=env_id, skill="k", arm=arm, step=step, tokens=pack_ints(tokens),
-        loss_mask=pack_mask(mask), logprobs=pack_floats(logprobs), versions=pack_ints(versions), reward=reward, **extra,
-    )
-
-
 PLAY_TASK = PlayTask(task_id="s0000-e-no_hint-00", env_id="e", skill="k", code="", hint="", arm="no_hint", seed=7, step=0)
-DESIGN_TASK = DesignTask(task_id="s0000-e00-a1", skill="k", skill_description="", passage_id="p", passage="", examples=[],
-                         negatives=[], attempt=1, step=0)
 
 
 def _play(episode_return=1.0, sample=None, turns=None, **extra) -> PlayResult:
@@ -49,16 +32,6 @@ def _play(episode_return=1.0, sample=None, turns=None, **extra) -> PlayResult:
         tokens_generated=3, seconds=0.5,
     )
     return PlayResult(**(fields | extra))
-
-
-def _design(sample=None, **extra) -> DesignResult:
-    fields = dict(
-        task_id=DESIGN_TASK.task_id, worker_id="w", skill="k", passage_id="p", attempt=1, reply="", code="class E: ...",
-        valid=True, reason="", checks=[], hint="h",
-        designer=sample or _sample(sample_id=DESIGN_TASK.task_id, role="designer", arm="design", env_id=DESIGN_TASK.task_id, reward=0.0),
-        tokens_generated=3, seconds=0.5,
-    )
-    return DesignResult(**(fields | extra))
 
 
 def _problem(result, task=PLAY_TASK):

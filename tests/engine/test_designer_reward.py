@@ -1,22 +1,19 @@
+"""The designer's delayed reward (engine/designer_reward.py): the window's rewards, the memory update, and the queue
+of designer samples with its restore."""
+
+import msgspec
 import pytest
 
 from engine.protocol.config import CurriculumConfig, RewardConfig
+from engine.protocol.config_loading import load_config
 from engine.curriculum import ActiveEnv
-from engine.feedback import close_window, update_memory
-from engine.protocol.messages import PlayResult, Sample
-from engine.protocol.messages import pack_floats, pack_ints, pack_mask
-from storage.records import EnvironmentRecord, MemoryRecord, TrajectoryRecord
-from storage.store import Store
+from engine.designer_reward import DesignerQueue, DesignerReward, close_window, designer_step, score_window, update_memory
+from engine.protocol.messages import PlayResult
+from storage.records import BatchEntry, BatchRecord, DesignerRewardRecord, EnvironmentRecord, MemoryRecord, RunState, TrajectoryRecord
+from storage.store import Store, trajectory_key
+from tests.engine.builders import design_trajectory, make_sample
 
 K = 2
-
-
-def _sample(sample_id, role, env_id, skill, arm, step):
-    return Sample(
-        sample_id=sample_id, role=role, env_id=env_id, skill=skill, arm=arm, step=step,
-        tokens=pack_ints([1, 2, 3]), loss_mask=pack_mask([0, 1, 1]), logprobs=pack_floats([0, -1, -2]),
-        versions=pack_ints([-1, 0, 0]), reward=0.0,
-    )
 
 
 def _env(env_id, skill, *, valid=True, step=0, source="designed"):
@@ -29,15 +26,7 @@ def _env(env_id, skill, *, valid=True, step=0, source="designed"):
 def _play(sample_id, env_id, skill, arm, step, episode_return, status="completed"):
     return TrajectoryRecord(
         sample_id=sample_id, role="agent", env_id=env_id, skill=skill, arm=arm, step=step, seed=0, status=status,
-        failure="", episode_return=episode_return, turns=[], sample=_sample(sample_id, "agent", env_id, skill, arm, step), created_at=0.0,
-    )
-
-
-def _design(env_id, skill, step=0):
-    sample_id = f"d-{env_id}"
-    return TrajectoryRecord(
-        sample_id=sample_id, role="designer", env_id=env_id, skill=skill, arm="no_hint", step=step, seed=0, status="designed",
-        failure="", episode_return=0.0, turns=[], sample=_sample(sample_id, "designer", env_id, skill, "no_hint", step), created_at=0.0,
+        failure="", episode_return=episode_return, turns=[], sample=make_sample(sample_id, "agent", env_id, skill, arm, step), created_at=0.0,
     )
 
 
@@ -57,7 +46,7 @@ def store(tmp_path):
     with store.batch() as batch:
         for env_id, skill in skills.items():
             batch.put_environment(_env(env_id, skill, valid=env_id != "bad"))
-            batch.put_trajectory(_design(env_id, skill))
+            batch.put_trajectory(design_trajectory(env_id, skill))
         for (env_id, step, arm), values in returns.items():
             for i, value in enumerate(values):
                 batch.put_trajectory(_play(f"{env_id}-{step}-{arm}-{i}", env_id, skills[env_id], arm, step, value))
@@ -110,7 +99,7 @@ def test_untrained_designer_still_gets_its_record(store):
 
 
 def _result(env_id, arm, episode_return, status="completed"):
-    sample = _sample(f"{env_id}-{arm}", "agent", env_id, "A", arm, 0)
+    sample = make_sample(f"{env_id}-{arm}", "agent", env_id, "A", arm, 0)
     return PlayResult(
         task_id="t", worker_id="w", env_id=env_id, arm=arm, seed=0, status=status, failure="", episode_return=episode_return,
         turns=[], agent=sample, tokens_generated=1, seconds=0.0,
@@ -137,11 +126,9 @@ def test_memory_records_the_environments_made_now_and_evicts(tmp_path):
 
 
 def test_no_hint_means_regret_zero_and_a_hung_call_means_the_penalty(store):
-    import msgspec
-
     with store.batch() as batch:
         batch.put_environment(msgspec.structs.replace(_env("e4", "B"), hint=""))  # every hint call failed
-        batch.put_trajectory(_design("e4", "B"))
+        batch.put_trajectory(design_trajectory("e4", "B"))
         for i, value in enumerate([1.0, 0.0]):
             batch.put_trajectory(_play(f"e4-0-{i}", "e4", "B", "no_hint", 0, value))
         hung = _play("e3-hung", "e3", "B", "no_hint", 1, 0.0, status="failed")
@@ -161,7 +148,7 @@ def test_learning_progress_reads_the_earlier_windows_from_the_store(store):
     assert {e: (r.win_rate, r.raw_reward) for e, r in first.items()} == {"e1": (0.25, 0.0), "e2": (0.25, 0.0), "e3": (0.0, 0.0)}
     with store.batch() as batch:  # a second refresh at step 2 with one environment of skill A that always wins
         batch.put_environment(_env("n1", "A", step=2))
-        batch.put_trajectory(_design("n1", "A", step=2))
+        batch.put_trajectory(design_trajectory("n1", "A", step=2))
         for step in (2, 3):
             for i in range(2):
                 batch.put_trajectory(_play(f"n1-{step}-{i}", "n1", "A", "no_hint", step, 1.0))
@@ -187,7 +174,7 @@ def test_the_default_preset_gives_two_valid_designs_of_one_skill_a_non_zero_desi
     with store.batch() as batch:
         for env_id, (hinted, unhinted) in returns.items():
             batch.put_environment(_env(env_id, "A"))
-            batch.put_trajectory(_design(env_id, "A"))
+            batch.put_trajectory(design_trajectory(env_id, "A"))
             for step in range(k):
                 for arm, values in (("hint", hinted if step == 0 else []), ("no_hint", unhinted)):
                     for i, value in enumerate(values):
@@ -196,4 +183,119 @@ def test_the_default_preset_gives_two_valid_designs_of_one_skill_a_non_zero_desi
     assert rewards["e1"].record.regret == pytest.approx(0.5) and rewards["e2"].record.regret == 0.0
     assert rewards["e1"].sample.advantage > 0 > rewards["e2"].sample.advantage
     assert rewards["e1"].sample.advantage == pytest.approx(-rewards["e2"].sample.advantage)
+    store.close()
+
+
+def test_a_windows_rewards_are_a_pure_function_of_plain_inputs():
+    """What the rescore calls (engine/tools/rescore.py): no store, plays as any objects with the play fields."""
+    from types import SimpleNamespace
+
+    def play(env_id, step, arm, value, status="completed"):
+        return SimpleNamespace(env_id=env_id, arm=arm, status=status, failure="", episode_return=value, step=step)
+
+    plays = {0: [play("e1", 0, "hint", 1.0), play("e1", 0, "no_hint", 0.0), play("e2", 0, "no_hint", 0.0), play("e2", 0, "hint", 0.0)],
+             1: [play("e1", 1, "no_hint", 1.0), play("e2", 1, "no_hint", 0.0, status="failed")]}
+    envs = [_env("e1", "A"), _env("e2", "A"), _env("ghost", "A")]  # ghost: never played, earns nothing
+    score = score_window(RewardConfig(designer_reward="regret"), K, 0, envs, plays, [], 8)
+    assert [d.env.env_id for d in score.designs] == ["e1", "e2"]
+    e1, e2 = score.designs
+    assert (e1.regret, e1.hint_return, e1.no_hint_return) == (pytest.approx(1.0 - 0.5), 1.0, 0.0)
+    assert e2.regret == 0.0 and e1.advantage == pytest.approx(-e2.advantage) and e1.advantage > 0
+    assert score.scale == pytest.approx(min(8 / 2 * K, 50.0))
+    assert score.history == [(0, "A", pytest.approx(0.5)), (0, "A", 0.0)]  # for the learning progress of later windows
+    assert score_window(RewardConfig(), K, 0, envs, plays, [], 8) == score_window(RewardConfig(), K, 0, envs, plays, [], 8)
+    assert score_window(RewardConfig(), K, 2, envs, plays, [], 8).designs == []  # nothing played at step 2
+
+
+def test_the_designer_stage_queues_the_rewards_and_remembers_after_a_refresh_step(store):
+    config = load_config(overrides=["curriculum.refresh_interval=2"])
+    queue = DesignerQueue()
+    made = [ActiveEnv.of(store.environment("e1"), designed_now=True)]
+    designer_step(store, config, queue, 0, 8, made, [])  # a refresh step: memory, but no window closes
+    assert not queue.due and [m.env_id for m in store.memory()] == ["e1"]
+    designer_step(store, config, queue, 1, 8, made, [])  # the window of step 0 closes: due at 2; no memory update
+    assert [s.sample_id for s in queue.pop(2)] == ["d-e1", "d-e2", "d-e3"]
+    assert [m.env_id for m in store.memory()] == ["e1"] and {r.env_id for r in store.designer_rewards()} == {"e1", "e2", "e3"}
+
+
+# --- the queue of designer samples waiting for their reward step
+
+
+def _record(env_id, env_step, reward_step, raw_reward=0.7, advantage=0.1):
+    return DesignerRewardRecord(
+        env_id=env_id, skill="A", designer_sample_id=f"d-{env_id}", env_step=env_step, reward_step=reward_step, variant="blend",
+        regret=0.5, win_rate=0.5, raw_reward=raw_reward, advantage=advantage, hint_return=1.0, no_hint_return=0.5,
+    )
+
+
+def _reward(env_id, env_step, reward_step, trained=True):
+    record = _record(env_id, env_step, reward_step)
+    sample = make_sample(f"d-{env_id}", "designer", env_id, "A", "design", env_step) if trained else None
+    if sample is not None:
+        sample = msgspec.structs.replace(sample, reward=record.raw_reward, advantage=record.advantage)
+    return DesignerReward(record=record, sample=sample)
+
+
+def test_samples_wait_for_their_reward_step_and_leave_when_popped():
+    queue = DesignerQueue()
+    assert not queue.waiting(2) and queue.pop(2) == []
+    first, second, later = _reward("e1", 0, 2), _reward("e2", 0, 2), _reward("e3", 2, 4)
+    queue.add([first, second, later])
+    assert queue.waiting(2) and queue.waiting(4) and not queue.waiting(3)
+    assert queue.pop(3) == []
+    assert queue.pop(2) == [first.sample, second.sample]
+    assert not queue.waiting(2) and queue.pop(2) == []  # popped once
+    queue.add([_reward("e4", 2, 4)])
+    assert [s.sample_id for s in queue.pop(4)] == ["d-e3", "d-e4"]
+    assert not queue.waiting(4)
+
+
+def test_rewards_without_a_sample_are_not_queued():
+    """An untrained designer (reward.train_designer = false) still has its reward records, but nothing to train."""
+    queue = DesignerQueue()
+    queue.add([_reward("e1", 0, 2, trained=False), _reward("e2", 0, 2, trained=False)])
+    assert not queue.waiting(2) and queue.pop(2) == []
+    queue.add([_reward("e3", 0, 2, trained=False), _reward("e4", 0, 2)])
+    assert [s.sample_id for s in queue.pop(2)] == ["d-e4"]
+
+
+def _store(tmp_path):
+    """k = 2, 3 steps committed: rewards due at 3 (one of them already trained, one whose trajectory is gone) and
+    one due at 4, computed by the uncommitted step 3."""
+    store = Store.open(tmp_path / "store")
+    with store.batch() as batch:
+        for env_id, env_step, reward_step in (("e0", 1, 3), ("e1", 2, 3), ("e2", 2, 3), ("e3", 3, 4)):
+            batch.put_trajectory(design_trajectory(env_id, "A", step=env_step))
+            batch.put_designer_reward(_record(env_id, env_step, reward_step, raw_reward=0.25 * (1 + int(env_id[1])), advantage=-0.5))
+        batch.put_designer_reward(_record("gone", 2, 3))  # its designer trajectory is not in the store
+        batch.put_batch(BatchRecord(version=0, step=2, checkpoint=False, entries=[BatchEntry(trajectory_key(2, "d-e2"), 0.1, 0.7)]))
+    return store
+
+
+def test_restore_brings_back_the_samples_due_next_that_no_batch_trained(tmp_path):
+    store = _store(tmp_path)
+    queue = DesignerQueue()
+    queue.restore(store, RunState(steps_done=3, batches=1), train_designer=True)
+    assert queue.waiting(3) and not queue.waiting(4)
+    due = queue.pop(3)
+    assert [s.sample_id for s in due] == ["d-e0", "d-e1"]
+    # the reward and advantage come from the reward records, not the stored trajectory (which has reward 0)
+    assert [(s.reward, s.advantage) for s in due] == [(0.25, -0.5), (0.5, -0.5)]
+    assert [s.step for s in due] == [1, 2]
+    store.close()
+
+
+def test_restore_of_an_untrained_designer_queues_nothing(tmp_path):
+    store = _store(tmp_path)
+    queue = DesignerQueue()
+    queue.restore(store, RunState(steps_done=3, batches=1), train_designer=False)
+    assert not queue.waiting(3) and queue.pop(3) == []
+    store.close()
+
+
+def test_restore_at_a_step_with_nothing_due_queues_nothing(tmp_path):
+    store = _store(tmp_path)
+    queue = DesignerQueue()
+    queue.restore(store, RunState(steps_done=2, batches=1), train_designer=True)
+    assert not any(queue.waiting(step) for step in range(6))
     store.close()

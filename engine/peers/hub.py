@@ -1,0 +1,251 @@
+"""The hub every message of a run passes through: the worker and learner sockets, the learner handshake, the child
+processes and their supervision. The curriculum loop (engine/run.py) gets a Hub and never touches a socket.
+
+    hub = Hub(config, paths, view, on_published=loop.published)   # on_published: each new policy version's message
+    await hub.run(loop.curriculum, services=[evaluation.serve])  # serve until the loop returns, then shut down
+    results = await hub.run_tasks(label, tasks)                   # design / play tasks, through the dispatcher
+    await hub.train(step, samples, checkpoint)                    # a TrainBatch to the learner (target_version += 1)
+    await hub.wait_for_version(version, label)                    # until the learner has published it
+
+A worker result is screened (engine/peers/result_checks.py) before the dispatcher takes it; a learner message
+from anyone but the learner this engine started (its token) is refused.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from engine.metrics.live import LiveView
+from engine.peers.bus import Bus
+from engine.peers.dispatch import Dispatcher, WorkerState
+from engine.peers.policy_transfer import PolicyServer
+from engine.peers.processes import Child, learner_child, supervise, worker_child
+from engine.peers.result_checks import ResultGate
+from engine.protocol.config import Config
+from engine.protocol.errors import RunFailed
+from engine.protocol.messages import (
+    DesignResult,
+    FetchChunk,
+    FetchManifest,
+    FetchRunInfo,
+    Heartbeat,
+    HelloAgain,
+    LearnerFailed,
+    LearnerHello,
+    PlayResult,
+    PolicyPublished,
+    PolicyUpdate,
+    RunInfo,
+    Sample,
+    Shutdown,
+    TaskFailed,
+    TrainBatch,
+    ValidateResult,
+    WorkerBye,
+    WorkerHello,
+)
+from engine.protocol.paths import RunPaths
+from engine.protocol.transport import MessageSocket, ProtocolError, short_id
+
+
+class Hub:
+    def __init__(self, config: Config, paths: RunPaths, view: LiveView, *, on_published: Callable[[PolicyPublished], None]):
+        self.config = config
+        self.paths = paths
+        self.view = view
+        self.on_published = on_published
+        self.policy_version = 0  # the learner's newest published version
+        self.policy_path = ""
+        self.target_version = 0  # the version the learner reaches once every batch sent is trained
+        self.isolation = ""  # the workers' sandbox isolation level
+        self._policy_changed = trio.Event()
+        self._learner_ident: bytes | None = None
+        self._learner_ready = trio.Event()
+        self._worker_ready = trio.Event()
+        self.stopping = False
+        self.children: list[Child] = []
+        self.worker_sock: MessageSocket | None = None
+        self.learner_sock: MessageSocket | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.bus = Bus(config, paths, view)  # sockets, keys, counters, rate-limited warnings (engine/peers/bus.py)
+        self.result_gate = ResultGate.for_run(config, paths, view.line)  # checks every worker result (vocab_size read once)
+        self.policy_server: PolicyServer | None = None
+        self._progress = {"label": "", "done": 0, "total": 0}
+
+    # ------------------------------------------------------------------ workers
+    async def _receive_workers(self) -> None:
+        assert self.worker_sock and self.dispatcher
+        while True:
+            try:
+                ident, message = await self.worker_sock.receive_from()
+            except ProtocolError as exc:
+                self.bus.warnings.warn("malformed worker message", f"ignored a malformed message from {short_id(exc.ident)} on the worker socket: {exc}")
+                continue
+            if self.dispatcher.banned(ident):  # it sent results for tasks not leased to it (engine/peers/leases.py)
+                continue
+            match message:
+                case WorkerHello():
+                    self.dispatcher.add_worker(
+                        WorkerState(
+                            ident=ident,
+                            worker_id=message.worker_id,
+                            slots=message.slots,
+                            isolation=message.isolation,
+                            backend=message.backend,
+                            policy_version=message.policy_version,
+                            last_seen=time.monotonic(),
+                        )
+                    )
+                    self._note_isolation(message.isolation)
+                    self.view.line(f"worker {short_id(message.worker_id)} joined (backend {short_id(message.backend)}, sandbox {short_id(message.isolation)}, {message.slots} slots)")
+                    # Always answered: it tells the worker an engine is there, and which policy is current.
+                    self.worker_sock.try_send_to(ident, PolicyUpdate(version=self.policy_version, path=self.policy_path))
+                    self._worker_ready.set()
+                case Heartbeat():
+                    if self.dispatcher.seen(ident, message.policy_version) is None:  # e.g. attached before a restart
+                        self.worker_sock.try_send_to(ident, HelloAgain())  # dropped if it is gone or not reading
+                case DesignResult() | PlayResult() | ValidateResult() | TaskFailed():
+                    self._complete(ident, message)
+                case WorkerBye():
+                    self.dispatcher.drop_worker(ident)
+                case FetchRunInfo() | FetchManifest() | FetchChunk():  # a worker without the run's files
+                    self.policy_server.submit(ident, message)
+
+    def _complete(self, ident: bytes, message: DesignResult | PlayResult | ValidateResult | TaskFailed) -> None:
+        warn = self.bus.warnings.warn
+        if not isinstance(message, TaskFailed) and self.dispatcher.holds_lease(ident, message.task_id):
+            # The values, and that it answers its task (engine/peers/result_checks.py); a rejected one is a failed task.
+            message, drop = self.result_gate.screen(ident, message, self.dispatcher, self.policy_version)
+            if drop:  # after the dispatcher took the failure, so the task is requeued once
+                self.dispatcher.complete(ident, message)
+                self.dispatcher.drop_worker(ident)
+                return
+        verdict = self.dispatcher.complete(ident, message)
+        if verdict in ("rejected", "ban"):
+            banned = "; it is dropped and banned for the rest of the run" if verdict == "ban" else ""
+            warn("rejected result", f"rejected a result for task {short_id(message.task_id)} from {short_id(ident)}: the task is not leased to it{banned}")
+
+    def _run_info(self) -> RunInfo:
+        return RunInfo(config=self.paths.config.read_text(), model_path=self.paths.read_model_path(), policy_version=self.policy_version, policy_path=self.policy_path)
+
+    def _note_isolation(self, level: str) -> None:
+        if level != self.isolation:
+            self.isolation = level
+            self.paths.update_meta(sandbox_isolation=level)
+            if not level.startswith("bubblewrap"):
+                self.view.line(f"WARNING: the sandbox runs with weak isolation ({level}); install bubblewrap for full isolation")
+
+    def _on_result(self, result) -> None:
+        self._progress["done"] += 1
+        p = self._progress
+        self.view.status(f"{p['label']} {p['done']}/{p['total']}")
+
+    async def run_tasks(self, label: str, tasks: list) -> list:
+        self._progress = {"label": label, "done": 0, "total": len(tasks)}
+        self.view.status(f"{label} 0/{len(tasks)}")
+        started = time.monotonic()
+        results = await self.dispatcher.run_tasks(tasks)
+        if not self.view.live:
+            failed = sum(1 for r in results if isinstance(r, TaskFailed))
+            self.view.line(f"{label}: {len(results)} done in {time.monotonic() - started:.0f} s" + (f" ({failed} failed)" if failed else ""))
+        return results
+
+    # ------------------------------------------------------------------ learner
+    async def _receive_learner(self) -> None:
+        assert self.learner_sock
+        while True:
+            try:
+                ident, message = await self.learner_sock.receive_from()
+            except ProtocolError as exc:
+                self.bus.warnings.warn("malformed learner message", f"ignored a malformed message from {short_id(exc.ident)} on the learner socket: {exc}")
+                continue
+            if not self.bus.learner_gate.admit(ident, message):  # only the learner this engine started (its token)
+                self.bus.warnings.warn("rejected learner message", f"rejected a {type(message).__name__} from {short_id(ident)} on the learner socket: not this engine's learner")
+                continue
+            match message:
+                case LearnerHello():
+                    self._learner_ident = ident
+                    self.policy_version = message.policy_version  # > 0 when it resumed from a checkpoint
+                    self.policy_path = message.policy_path
+                    self.policy_server.known(message.policy_version, message.policy_path)
+                    if message.policy_version > 0:
+                        await self.dispatcher.broadcast(PolicyUpdate(version=message.policy_version, path=message.policy_path))
+                    self._learner_ready.set()
+                case PolicyPublished():
+                    self.policy_version = message.version
+                    self.policy_path = message.path
+                    self.policy_server.known(message.version, message.path)
+                    await self.dispatcher.broadcast(PolicyUpdate(version=message.version, path=message.path))
+                    self.on_published(message)  # the loop records it (state, metrics row, in-loop evaluation)
+                    self._policy_changed.set()
+                    self._policy_changed = trio.Event()
+                case LearnerFailed():
+                    raise RunFailed(f"the learner failed: {message.reason} (see {self.paths.logs / 'learner.log'})")
+
+    async def train(self, step: int, samples: list[Sample], checkpoint: bool) -> None:
+        """Send a batch to the learner; it trains it with version `target_version` and publishes the next."""
+        await self.learner_sock.send_to(self._learner_ident, TrainBatch(step=step, samples=samples, checkpoint=checkpoint))
+        self.target_version += 1
+
+    async def wait_for_version(self, version: int, label: str) -> None:
+        while self.policy_version < version:
+            self.view.status(f"{label}: waiting for policy v{version} (learner at v{self.policy_version})")
+            await self._policy_changed.wait()
+
+    # ------------------------------------------------------------------ the run
+    async def run(self, main: Callable[[], Awaitable[None]], *, services: list[Callable[[Dispatcher], Awaitable[None]]] = ()) -> None:
+        """Serve the peers, start the learner and workers, run `main` once both are ready, then tell them to stop."""
+        async with self.bus.open() as (worker_sock, learner_sock), trio.open_nursery() as nursery:
+            self.worker_sock, self.learner_sock = worker_sock, learner_sock
+            self.dispatcher = Dispatcher(worker_sock, on_result=self._on_result)
+            self.policy_server = PolicyServer(self.paths, worker_sock, self._run_info)
+            self.bus.extra["workers"] += [lambda: self.dispatcher.leases.counters, lambda: self.policy_server.counters]
+            await nursery.start(self.dispatcher.run)
+            nursery.start_soon(self.bus.run)
+            nursery.start_soon(self.policy_server.run)
+            nursery.start_soon(self._receive_workers)
+            nursery.start_soon(self._receive_learner)
+            for service in services:
+                nursery.start_soon(service, self.dispatcher)
+            nursery.start_soon(self.dispatcher.watch_liveness, self.config.worker.dead_after_s, self._worker_dead)
+            self._start_children(nursery)
+            self.view.status("starting the learner and rollout workers (loading the model)")
+            await self._learner_ready.wait()
+            await self._worker_ready.wait()
+            try:
+                await main()
+            finally:
+                self.stopping = True
+                with trio.move_on_after(5) as scope:
+                    scope.shield = True
+                    await self.dispatcher.broadcast(Shutdown(reason="run finished"))
+                    if self._learner_ident is not None:
+                        await self.learner_sock.send_to(self._learner_ident, Shutdown(reason="run finished"))
+                    await trio.sleep(0.2)
+            nursery.cancel_scope.cancel()
+
+    def _worker_dead(self, state: WorkerState) -> None:
+        self.view.line(f"warning: worker {state.worker_id} went silent; its tasks were requeued")
+
+    def _start_children(self, nursery) -> None:
+        learner = learner_child(self.paths, self.config.learner.world_size, token=self.bus.token)
+        self.children.append(learner)
+        nursery.start_soon(lambda: supervise(learner, restartable=False, max_restarts=0, on_exit=self._child_exit, stopping=lambda: self.stopping))
+        for i in range(self.config.worker.count):
+            worker = worker_child(self.paths, f"w{i}")
+            self.children.append(worker)
+            nursery.start_soon(lambda w=worker: supervise(w, restartable=True, max_restarts=3, on_exit=self._child_exit, stopping=lambda: self.stopping))
+
+    def _child_exit(self, child: Child, code: int) -> None:
+        self.view.line(f"warning: {child.name} exited with code {code} (log: {child.log})")
+        if child.name.startswith("worker-") and self.dispatcher is not None:
+            for ident, state in list(self.dispatcher.workers.items()):
+                if f"worker-{state.worker_id}" == child.name:
+                    self.dispatcher.drop_worker(ident)
+
+    def stop_children(self) -> None:
+        for child in self.children:
+            child.stop()

@@ -1,0 +1,145 @@
+"""The curriculum loop (engine/run.py) alone: fake stages and a fake hub, no processes and no sockets. Each step
+calls its stages once, in order; the refresh comes every k steps; the designer samples due after the last step are
+flushed; a spent wall-clock budget ends the run after the steps already started."""
+
+import pytest
+import trio
+
+import engine.run as loop
+from engine.batches import StepBatch
+from engine.curriculum import ActiveEnv
+from engine.metrics.live import LiveView
+from engine.plays import StepPlays
+from engine.protocol.config_loading import load_config
+from engine.protocol.errors import RunFailed
+from engine.protocol.paths import RunPaths
+from engine.refresh import RefreshResult
+from engine.run import Engine
+from tests.engine.builders import make_sample
+
+ENV = ActiveEnv(env_id="e", skill="A", code="class AEnv: ...", hint="h", designed_now=True, class_name="AEnv")
+
+
+class FakeHub:
+    """A learner that trains each batch at once and workers nobody asks for: the versions move with the batches."""
+
+    def __init__(self, calls):
+        self.calls = calls
+        self.policy_version = self.target_version = 0
+        self.isolation = "none"
+        self.changed = trio.Event()
+
+    async def run_tasks(self, label, tasks):
+        raise AssertionError("the fake stages send no task")
+
+    async def train(self, step, samples, checkpoint):
+        self.calls.append(("send", step, [s.sample_id for s in samples], checkpoint))
+        self.target_version += 1
+        self.policy_version = self.target_version
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def wait_for_version(self, version, label):
+        while self.policy_version < version:
+            await self.changed.wait()
+
+
+class FakeDesigns:
+    def __init__(self, calls, active):
+        self.calls, self.active = calls, active
+
+    def seed_memory(self, seeds):
+        pass
+
+    async def refresh(self, step, run_tasks):
+        self.calls.append(("refresh", step))
+        return RefreshResult(active=list(self.active), requested=1, valid=len(self.active), tokens=0)
+
+
+class FakePlays:
+    def __init__(self, calls):
+        self.calls = calls
+
+    async def play(self, step, active, run_tasks, turn):
+        self.calls.append(("plays", step))
+        await turn.wait()
+        return StepPlays(results=[], plays=[])
+
+
+def _engine(tmp_path, monkeypatch, *overrides, active=(ENV,), designer_due=None):
+    """The loop with every stage faked; `designer_due(step)` is the step a designer sample made at `step` falls due."""
+    config = load_config(overrides=["curriculum.refresh_interval=2", "run.max_staleness=0", *overrides])
+    calls = []
+    engine = Engine(config, RunPaths(tmp_path / "run"), [], view=LiveView(config.run.steps, enabled=False), hub=FakeHub(calls))
+    engine.designs, engine.plays = FakeDesigns(calls, active), FakePlays(calls)
+
+    def step_batch(plays, due, **_):
+        calls.append(("batches", [s.sample_id for s in due]))
+        return StepBatch(agent=[make_sample("a", "agent", "e", "A", "no_hint", 0)], designer=due, zero_variance_groups=0, agent_groups=1, dropped_stale=0)
+
+    def designer_step(store, config, queue, step, agent_samples, active, plays):
+        calls.append(("designer", step))
+        if designer_due and designer_due(step) is not None:
+            queue.due[designer_due(step)].append(make_sample(f"d{step}", "designer", "e", "A", "design", step))
+
+    async def metrics_row(step, played, batch, refresh, seconds):
+        calls.append(("metrics", step))
+        return {}
+
+    monkeypatch.setattr(loop, "step_batch", step_batch)
+    monkeypatch.setattr(loop, "designer_step", designer_step)
+    engine.metrics_row = metrics_row
+    return engine, calls
+
+
+def _step(step, refresh=False, due=(), sent=None, checkpoint=False):
+    return [*([("refresh", step)] if refresh else []), ("plays", step), ("batches", list(due)), ("designer", step),
+            ("metrics", step), ("send", step, ["a", *due] if sent is None else sent, checkpoint)]
+
+
+def test_each_step_calls_its_stages_once_in_order_and_the_refresh_every_k(tmp_path, monkeypatch):
+    engine, calls = _engine(tmp_path, monkeypatch, "run.steps=5")
+    trio.run(engine.curriculum)
+    assert calls == [*_step(0, refresh=True), *_step(1), *_step(2, refresh=True), *_step(3), *_step(4, refresh=True, checkpoint=True)]
+    state = engine.store.state()
+    assert (state.steps_done, state.batches, state.finished, state.refresh_step, state.active_env_ids) == (5, 5, True, 4, ["e"])
+    engine.store.close()
+
+
+def test_the_designer_samples_due_after_the_last_step_are_flushed_in_one_more_batch(tmp_path, monkeypatch):
+    """A window that closes at step s makes samples due at s + 1: they join that step's batch, and those due after
+    the last step go in a final batch that carries the checkpoint."""
+    engine, calls = _engine(tmp_path, monkeypatch, "run.steps=4", designer_due=lambda step: step + 1 if step % 2 else None)
+    trio.run(engine.curriculum)
+    assert calls == [*_step(0, refresh=True), *_step(1), *_step(2, refresh=True, due=["d1"]), *_step(3), ("send", 4, ["d3"], True)]
+    assert [r.step for r in engine.store.batches()] == [0, 1, 2, 3, 4] and engine.store.state().finished
+    engine.store.close()
+
+
+def test_a_spent_budget_ends_the_run_after_the_steps_already_started(tmp_path, monkeypatch):
+    engine, calls = _engine(tmp_path, monkeypatch, "run.steps=6")
+    metrics_row = engine.metrics_row
+
+    async def spend_the_budget_at_step_1(step, *args):
+        if step == 1:
+            engine.deadline = 0.0  # the clock is past it from now on
+        return await metrics_row(step, *args)
+
+    engine.metrics_row = spend_the_budget_at_step_1
+    trio.run(engine.curriculum)
+    assert calls == [*_step(0, refresh=True), *_step(1, checkpoint=True)]  # step 2 never starts; step 1 is the last
+    assert engine.steps == 2 and engine.store.state().finished
+    engine.store.close()
+
+
+def test_a_refresh_without_any_environment_fails_the_run(tmp_path, monkeypatch):
+    engine, _ = _engine(tmp_path, monkeypatch, "run.steps=2", active=())
+    with pytest.raises(RunFailed, match="no valid environment to play at step 1"):
+        trio.run(engine.curriculum)
+    engine.store.close()
+
+
+def test_the_loop_never_touches_a_socket():
+    with open(loop.__file__) as f:
+        source = f.read()
+    assert "sock" not in source and "zmq" not in source and "transport" not in source
