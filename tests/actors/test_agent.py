@@ -9,23 +9,10 @@ from actors.inference.base import Generation
 from actors.sandbox import open_sandbox_pool
 from engine.protocol.config import PlayConfig
 from engine.protocol.messages import PlayTask, unpack_floats, unpack_ints, unpack_mask
+from tests.actors.agent_helpers import FakeTokenizer
 
 PICK = (Path(__file__).parents[1] / "e2e" / "data" / "pick_env.py").read_text()
 RAISES = PICK.replace('        if guess == str(self.target):', '        if guess == "boom":\n            raise ValueError("kaboom")\n        if guess == str(self.target):')
-
-
-class FakeTokenizer:
-    """Characters as tokens; ChatML-like rendering."""
-
-    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
-        text = "".join(f"<{m['role']}>{m['content']}</>" for m in messages)
-        return text + ("<assistant>" if add_generation_prompt else "")
-
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": [ord(c) for c in text]}
-
-    def convert_ids_to_tokens(self, token_id):
-        return chr(token_id)
 
 
 class FakeBatcher:

@@ -11,7 +11,7 @@ from engine.protocol.contract import code_fingerprint
 from engine.protocol.messages import DesignTask, MemoryExample, unpack_ints, unpack_mask
 from actors.inference.base import Generation
 from engine.protocol.config import PlayConfig
-from tests.actors.test_agent import FakeTokenizer
+from tests.actors.agent_helpers import FakeTokenizer
 
 
 class FlakyBatcher:

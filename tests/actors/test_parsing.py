@@ -1,3 +1,5 @@
+"""Parsing a model's reply: the action in it, the code block a designer wrote, and a cleaned-up hint."""
+
 import pytest
 
 from actors.parsing import clean_hint, extract_code, parse_action

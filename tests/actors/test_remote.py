@@ -177,7 +177,7 @@ def test_a_peer_that_asks_and_never_reads_gets_only_a_window_of_chunks(run, tmp_
         name = next(f.name for f in manifest.files if f.name == "model.safetensors")
         for _ in range(3 * WINDOW):
             await sock.send(FetchChunk(version=0, file=name, offset=0))
-        await trio.sleep(0.5)
+        await _handled(server, 3 * WINDOW)
         assert server.counters["chunks_served"] == WINDOW and server.counters["chunk_requests_refused"] == 2 * WINDOW
         tickets = []
         while len(tickets) < WINDOW:
@@ -185,7 +185,14 @@ def test_a_peer_that_asks_and_never_reads_gets_only_a_window_of_chunks(run, tmp_
         await sock.send(FetchChunk(version=0, file=name, offset=0, receipts=tickets[:2]))  # two read: two more
         await sock.send(FetchChunk(version=0, file=name, offset=0))
         await sock.send(FetchChunk(version=0, file=name, offset=0))
-        await trio.sleep(0.3)
+        await _handled(server, 3 * WINDOW + 3)
         assert server.counters["chunks_served"] == WINDOW + 2
 
     trio.run(_pair, tmp_path, paths, body)
+
+
+async def _handled(server, requests: int) -> None:
+    """Wait until the server has served or refused `requests` chunk requests in all."""
+    with trio.fail_after(30):
+        while server.counters["chunks_served"] + server.counters["chunk_requests_refused"] < requests:
+            await trio.sleep(0.01)

@@ -43,7 +43,7 @@ from engine.protocol.messages import (
 )
 from engine.protocol.paths import RunPaths
 from storage.store import Store
-from tests.e2e.test_up import _script, _up_command, processes  # noqa: F401 (the fixture)
+from tests.e2e.helpers import up_command, up_script
 
 STEPS = 2
 VOCAB = 4096  # the tiny model's
@@ -129,7 +129,7 @@ def test_a_worker_that_sends_nan_and_out_of_range_tokens_changes_nothing_trained
     run_dir = tmp_path / "run"
     output = tmp_path / "engine.out"
     with open(output, "w") as out:
-        engine = processes.popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=STEPS), stdout=out, stderr=subprocess.STDOUT)
+        engine = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=STEPS), stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
     _wait_for(output, "worker w0 joined", deadline)  # so that the engine does not start on the forged worker alone
     sent = _forged_worker(RunPaths(run_dir).worker_address, deadline)
@@ -172,7 +172,7 @@ def test_a_forged_policy_published_changes_nothing(tiny_model_path, tmp_path, pr
     shutil.copytree(tiny_model_path, evil)
     output = tmp_path / "engine.out"
     with open(output, "w") as out:
-        engine = processes.popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=STEPS), stdout=out, stderr=subprocess.STDOUT)
+        engine = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=STEPS), stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():  # the learner is up and has published
         time.sleep(0.2)

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from storage.store import Store
-from tests.e2e.test_up import REPO, _env, _script, _up_command
+from tests.e2e.helpers import REPO, subprocess_env, up_command, up_script
 
 SIZE = 4 * 1024 * 1024
 LEFT_FREE = 400 * 1024  # room for the seeds and a few steps, not for the whole run
@@ -34,7 +34,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_finishes_it(tiny_model
     run_dir = tmp_path / "run"
     store = run_dir / "store"
     store.mkdir(parents=True)
-    up = _up_command(tiny_model_path, run_dir, _script(tmp_path), steps=12)
+    up = up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=12)
     resume = [sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir)]
     out = tmp_path / "out"
     out.mkdir()
@@ -49,7 +49,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_finishes_it(tiny_model
     ])
     (out / "store-after-full").mkdir()
     (out / "store-final").mkdir()
-    subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=REPO, env=_env(), timeout=900, check=True)
+    subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=REPO, env=subprocess_env(), timeout=900, check=True)
     first_code, first_err = int((out / "first.code").read_text()), (out / "first.err").read_text()
     assert first_code == 1, first_err
     errors = [line for line in first_err.splitlines() if line.startswith("error:")]

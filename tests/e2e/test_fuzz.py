@@ -37,7 +37,7 @@ from engine.protocol.messages import (
 )
 from engine.protocol.paths import RunPaths
 from storage.store import Store
-from tests.e2e.test_up import _script, _up_command, processes  # noqa: F401 (processes: the fixture)
+from tests.e2e.helpers import up_command, up_script
 
 JUNK = 10_000  # undecodable frames per socket
 OVERSIZED = 8  # connections that each send one frame over worker.max_message_mb
@@ -154,7 +154,7 @@ def test_no_peer_can_crash_hang_or_bloat_the_engine(tiny_model_path, tmp_path, p
     out_file = tmp_path / "engine.out"
     extra = ["--set", "worker.count=0", "--set", "worker.max_message_mb=1"]
     with open(out_file, "w") as out:
-        engine = processes.popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=2, extra=extra), stdout=out, stderr=subprocess.STDOUT)
+        engine = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=2, extra=extra), stdout=out, stderr=subprocess.STDOUT)
     paths = RunPaths(run_dir)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and _bus(run_dir).get("learner", {}).get("frames", 0) < 1:  # the learner said hello

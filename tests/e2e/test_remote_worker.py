@@ -32,7 +32,7 @@ from engine.protocol.messages import (
 )
 from engine.protocol.paths import RunPaths
 from storage.store import Store
-from tests.e2e.test_up import _script, _up_command, processes  # noqa: F401 (processes: the fixture)
+from tests.e2e.helpers import up_command, up_script
 
 
 def _ip(*args: str) -> None:
@@ -110,7 +110,7 @@ def test_a_remote_worker_attaches_with_the_key_and_trains(tiny_model_path, tmp_p
     engine_out = tmp_path / "engine.out"
     extra = ["--set", "worker.count=0", "--set", f"worker.address={json.dumps(address)}"]
     with open(engine_out, "w") as out:
-        engine = processes.popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=2, extra=extra), stdout=out, stderr=subprocess.STDOUT)
+        engine = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=2, extra=extra), stdout=out, stderr=subprocess.STDOUT)
     printed = _wait_for(lambda: "bin/spade-engine worker --connect" in engine_out.read_text() and engine_out.read_text(), 120, "the worker command")
     assert f"bin/spade-engine worker --connect {address} --key worker.key" in printed, printed
     elsewhere = tmp_path / "elsewhere"  # the worker's machine: the key file and an empty folder, nothing of the run

@@ -24,7 +24,9 @@ from storage.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
-REPLIES = ["\\boxed{1}", "I pick \\boxed{2}", "hmm \\boxed{1}"]
+# Never a pick of 1 or 2: every play of graded_pick_env.py then loses its seed's own penalty, so the two plays of a
+# group (two seeds) never tie and every step's update trains something, whichever play gets which reply.
+REPLIES = ["\\boxed{3}", "I pick \\boxed{0}", "hmm \\boxed{12}"]
 
 
 def _env():
@@ -39,7 +41,7 @@ def cli(*args, timeout=300) -> subprocess.CompletedProcess:
 def run_dir(tiny_model_path, tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("replay")
     invalid = "class Broken:\n    def reset(self):\n        return 'no Env class here'\n"
-    script = {"designer": [(DATA / "pick_env.py").read_text() + "```\n", invalid + "```\n"],
+    script = {"designer": [(DATA / "graded_pick_env.py").read_text() + "```\n", invalid + "```\n"],
               "hint": ["The hidden number is one of two; answer with one of them."], "agent": REPLIES}
     (tmp / "script.json").write_text(json.dumps(script))
     sets = [
@@ -50,15 +52,10 @@ def run_dir(tiny_model_path, tmp_path_factory) -> Path:
         # fresh designs, groups of 2 and the reference's player prompt, as the expected numbers and transcript were made
         "curriculum.edit_share=0", "play.plays_per_env=2", "play.hint_plays_per_env=2", 'play.agent_prompt="reason"', 'play.agent_prefill=""',
     ]
-    # No seed environment is ever won with these replies, so a step trains only if the pick game's two plays differ
-    # (about half the time): all three steps tie in about 1 run in 8. Another run seed draws other games (at most 3).
-    for seed in range(3):
-        run = tmp / f"run-seed{seed}"
-        result = cli("up", "--no-live", "--model", tiny_model_path, "--run-dir", run, "--steps", 3,
-                     *[x for s in [*sets, f"run.seed={seed}"] for x in ("--set", s)], timeout=600)
-        assert result.returncode == 0, result.stdout + result.stderr
-        if any(m["learner"]["trained_samples"] > 0 for m in _metrics(run) if "envs_requested" in m):
-            break
+    run = tmp / "run"
+    result = cli("up", "--no-live", "--model", tiny_model_path, "--run-dir", run, "--steps", 3,
+                 *[x for s in sets for x in ("--set", s)], timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
     return run
 
 
@@ -79,10 +76,10 @@ def test_the_run_measured_the_curriculum_signals(run_dir):
 def test_replay_train_reproduces_the_live_update(run_dir, tmp_path):
     from safetensors.numpy import load_file
 
-    # The scripted plays' outcomes vary from run to run: replay a step whose update trained something (a group with
-    # different returns), preferably one whose loss is not ~0 (mini-batch 1 runs after the first optimizer step).
-    rows = [m for m in _metrics(run_dir) if "envs_requested" in m and m["learner"]["trained_samples"] > 0]
-    assert rows, "no update of the run trained anything"
+    # Every step's update trained something (no group ties, see REPLIES): replay the one whose loss is furthest from 0
+    # (mini-batch 1 runs after the first optimizer step).
+    rows = [m for m in _metrics(run_dir) if "envs_requested" in m]
+    assert len(rows) == 3 and all(m["learner"]["trained_samples"] > 0 for m in rows), [m["learner"] for m in rows]
     row = max(rows, key=lambda m: abs(m["learner"]["loss"]))
     step, version, live = row["step"], row["policy_version"] - 1, row["learner"]  # batch v makes version v + 1
     out = tmp_path / "replayed"

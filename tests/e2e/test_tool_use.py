@@ -11,12 +11,12 @@ from pathlib import Path
 
 from engine.protocol.paths import TOOL_USE_SEEDS_DIR
 from storage.store import Store
-from tests.e2e.test_up import REPO, Processes, _env, _up_command
+from tests.e2e.helpers import REPO, Processes, up_command
 
 SEED = TOOL_USE_SEEDS_DIR / "banking.py"
 
 
-def _script(tmp_path: Path) -> Path:
+def up_script(tmp_path: Path) -> Path:
     script = {
         "designer": [SEED.read_text() + "```\n"],
         "hint": ["Phase 1: read the named balance. Phase 2: transfer HALF to savings. Phase 3: pay the bill, then answer."],
@@ -31,7 +31,7 @@ def _script(tmp_path: Path) -> Path:
 
 def test_up_tool_use_two_steps(tiny_model_path, tmp_path):
     run_dir = tmp_path / "run"
-    command = _up_command(tiny_model_path, run_dir, _script(tmp_path), steps=2, extra=["--setting", "tool-use", "--set", "play.max_turns=3", "--set", "play.designer_max_tokens=4096"])
+    command = up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=2, extra=["--setting", "tool-use", "--set", "play.max_turns=3", "--set", "play.designer_max_tokens=4096"])
     processes = Processes()
     try:
         result = processes.run(command, timeout=400)

@@ -8,7 +8,6 @@ learner trains the same tiny model for real.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,132 +19,13 @@ import pytest
 
 from engine.protocol.messages import unpack_ints, unpack_mask
 from storage.store import Store
-
-REPO = Path(__file__).resolve().parents[2]
-DATA = Path(__file__).parent / "data"
-K = 1
-
-
-def _script(tmp_path: Path) -> Path:
-    valid = (DATA / "pick_env.py").read_text()
-    invalid = "class Broken:\n    def reset(self):\n        return 'no Env class here'\n"
-    script = {
-        "designer": [valid + "```\n", invalid + "```\n"],
-        "hint": ["The hidden number is one of two; answer with one of them."],
-        "agent": ["\\boxed{1}", "I pick \\boxed{2}", "hmm \\boxed{1}"],
-    }
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps(script))
-    return path
-
-
-def _up_command(tiny_model_path: str, run_dir: Path, script: Path, steps: int, extra=()) -> list[str]:
-    return [
-        sys.executable, "-m", "engine.cli", "up", "--no-live",
-        "--model", tiny_model_path, "--run-dir", str(run_dir), "--steps", str(steps),
-        "--set", "inference.backend=scripted", "--set", f"inference.script={json.dumps(str(script))}",
-        "--set", f"curriculum.refresh_interval={K}", "--set", "curriculum.envs_per_step=2",
-        "--set", "curriculum.skills_per_refresh=2", "--set", "curriculum.design_attempts=1",
-        "--set", "run.max_staleness=0", "--set", "play.max_turns=2", "--set", "learner.learning_rate=1e-3",
-        "--set", f"play.designer_prefill={json.dumps(chr(96) * 3 + 'python' + chr(10))}",
-        # fresh designs only and groups of 2 (edit tasks: test_edit_designs.py), as these tests were sized
-        "--set", "curriculum.edit_share=0", "--set", "play.plays_per_env=2", "--set", "play.hint_plays_per_env=2",
-        *extra,
-    ]
-
-
-def _env():
-    return dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
-
-
-def _stats() -> dict[int, tuple[str, int, str]]:
-    """Every process now: pid -> (state, parent pid, start time), from /proc."""
-    found = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue  # gone meanwhile
-            found[int(name)] = (fields[0], int(fields[1]), fields[19])
-    return found
-
-
-class Processes:
-    """The processes a test starts, and their descendants: known by pid and start time (a reused pid is never
-    taken for one of them), found through /proc's parent links, never by a name; `end_all` ends only those."""
-
-    def __init__(self) -> None:
-        self.started: list[subprocess.Popen] = []
-        self.known: dict[int, str] = {}
-
-    def popen(self, argv: list[str], **kwargs) -> subprocess.Popen:
-        """Popen in the repository, in a process group of its own (so `end` can kill the group)."""
-        proc = subprocess.Popen(argv, cwd=REPO, env=_env(), start_new_session=True, **kwargs)
-        self.started.append(proc)
-        return proc
-
-    def run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-        """subprocess.run(argv, capture_output=True, text=True, timeout=timeout), started by `popen`."""
-        proc = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.end(proc)
-            raise
-        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-    def track(self, pid: int) -> list[int]:
-        """Remember `pid`'s descendants as they are now (they can be found no more once it died); returns its
-        children."""
-        stats = _stats()
-        below = {parent: [] for parent in stats}
-        for p, (_, ppid, _) in stats.items():
-            below.setdefault(ppid, []).append(p)
-        todo = list(below.get(pid, ()))
-        while todo:
-            p = todo.pop()
-            self.known[p] = stats[p][2]
-            todo += below[p]
-        return list(below.get(pid, ()))
-
-    def alive(self, pids) -> list[int]:
-        """Those of `pids` (remembered by `track`) that still run; a zombie does not."""
-        stats = _stats()
-        return [p for p in pids if p in stats and stats[p][0] != "Z" and stats[p][2] == self.known.get(p)]
-
-    def end(self, proc: subprocess.Popen) -> None:
-        if proc.poll() is None:  # not reaped, so its pid (and group id) is still its own
-            self.track(proc.pid)
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.communicate()
-
-    def end_all(self) -> None:
-        for proc in self.started:
-            self.end(proc)
-        for pid in self.alive(self.known):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-@pytest.fixture
-def processes():
-    tracked = Processes()
-    try:
-        yield tracked
-    finally:
-        tracked.end_all()
+from tests.e2e.helpers import K, REPO, subprocess_env, up_command, up_script
 
 
 def test_up_runs_the_whole_loop(tiny_model_path, tmp_path):
     run_dir = tmp_path / "run"
     result = subprocess.run(
-        _up_command(tiny_model_path, run_dir, _script(tmp_path), steps=3), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300
+        up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=3), cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "run directory:" in result.stdout
@@ -186,7 +66,7 @@ def test_up_runs_the_whole_loop(tiny_model_path, tmp_path):
     # stored trajectories can be replayed from LMDB by the command line
     replay = subprocess.run(
         [sys.executable, "-m", "engine.cli", "replay", str(run_dir), "--role", "agent", "--step", "1", "--limit", "2"],
-        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60,
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=60,
     )
     assert replay.returncode == 0 and replay.stdout.count("step 1 agent") == 2, replay.stdout + replay.stderr
 
@@ -207,11 +87,11 @@ def test_up_runs_the_whole_loop(tiny_model_path, tmp_path):
 
 def test_resume_continues_where_the_run_stopped(tiny_model_path, tmp_path):
     run_dir = tmp_path / "run"
-    script = _script(tmp_path)
-    first = subprocess.run(_up_command(tiny_model_path, run_dir, script, steps=2), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    script = up_script(tmp_path)
+    first = subprocess.run(up_command(tiny_model_path, run_dir, script, steps=2), cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stdout + first.stderr
     again = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir), "--steps", "4"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "engine.cli", "up", "--no-live", "--resume", str(run_dir), "--steps", "4"], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300
     )
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resume: 2 steps done; continuing at step 3 of 4" in again.stdout
@@ -228,7 +108,7 @@ def test_resume_continues_where_the_run_stopped(tiny_model_path, tmp_path):
 
 def test_an_extra_worker_attaches_to_a_running_engine(tiny_model_path, tmp_path, processes):
     run_dir = tmp_path / "run"
-    engine = processes.popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=12), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    engine = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=12), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
         time.sleep(0.2)
@@ -254,11 +134,11 @@ def test_a_worker_without_an_engine_says_so(tiny_model_path, tmp_path):
 
     paths = RunPaths(tmp_path / "run")
     paths.root.mkdir()
-    config = load_config(overrides=["inference.backend=\"scripted\"", f"inference.script={json.dumps(str(_script(tmp_path)))}", "worker.connect_timeout_s=2"])
+    config = load_config(overrides=["inference.backend=\"scripted\"", f"inference.script={json.dumps(str(up_script(tmp_path)))}", "worker.connect_timeout_s=2"])
     paths.config.write_text(dump_config(config))
     paths.update_meta(model_path=tiny_model_path)
     result = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "worker", "--run-dir", str(paths.root)], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "engine.cli", "worker", "--run-dir", str(paths.root)], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 1
     assert "error: no engine answered at ipc://" in result.stderr and "Traceback" not in result.stderr
@@ -266,7 +146,7 @@ def test_a_worker_without_an_engine_says_so(tiny_model_path, tmp_path):
 
 def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_path, processes):
     run_dir = tmp_path / "run"
-    proc = processes.popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=50), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=50), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     metrics = run_dir / "metrics.jsonl"
     while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 1):
@@ -307,7 +187,7 @@ def test_a_killed_engine_takes_its_children_and_resumes_with_an_attached_worker(
     run_dir = tmp_path / "run"
     output = tmp_path / "engine.out"
     with open(output, "w") as out:
-        proc = processes.popen(_up_command(tiny_model_path, run_dir, _script(tmp_path), steps=50), stdout=out, stderr=subprocess.STDOUT)
+        proc = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=50), stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
         time.sleep(0.2)
@@ -357,7 +237,7 @@ def test_a_killed_engine_takes_its_children_and_resumes_with_an_attached_worker(
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "up", "--run-dir", str(tmp_path / "r"), *args], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "engine.cli", "up", "--run-dir", str(tmp_path / "r"), *args], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
     assert result.stderr.startswith(message), result.stderr
@@ -369,7 +249,7 @@ def test_help_is_fast_and_imports_no_torch():
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-c", "import sys; from engine.cli import main\ntry:\n    main(['up', '--help'])\nexcept SystemExit: pass\nassert 'torch' not in sys.modules, 'torch imported'"],
-        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=30,
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=30,
     )
     assert result.returncode == 0, result.stderr
     assert "--steps" in result.stdout

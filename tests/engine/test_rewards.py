@@ -1,3 +1,6 @@
+"""Rewards and advantages: group z-scores, the designer's blended reward, regret, learning progress and the hang
+penalty."""
+
 import math
 
 import pytest

@@ -1,68 +1,18 @@
 """Checkpoints: Hugging Face folders that resume bit for bit, and the learner process's resume at start."""
 
-import random
-
 import numpy as np
 import pytest
 import torch
 
 from engine.protocol.config import Config, LearnerConfig
-from engine.protocol.messages import Sample, TrainBatch
+from engine.protocol.messages import TrainBatch
 from engine.protocol.paths import RunPaths
 from learner.train import apply_batch, resume
 from learner.trainer import Trainer
-from engine.protocol.messages import pack_floats, pack_ints, pack_mask
+from tests.learner.learner_helpers import random_batch, resume_matches_an_uninterrupted_run
 
 # AdamW with a cosine schedule after warm-up, 2 optimizer steps per batch (so pi_prox is recomputed too).
 CONFIG = LearnerConfig(learning_rate=1e-3, lr_schedule="cosine", warmup_steps=1, total_steps=8, mini_batches=2, micro_batch_tokens=32)
-
-
-def _batch(seed: int, n: int = 6) -> list[Sample]:
-    rng = np.random.default_rng(seed)
-    samples = []
-    for i in range(n):
-        length = int(rng.integers(6, 16))
-        role = "designer" if i % 3 == 0 else "agent"
-        samples.append(Sample(
-            sample_id=f"{seed}-{i}", role=role, env_id="e", skill="k", arm="hint", step=seed,
-            tokens=pack_ints(rng.integers(5, 4000, size=length).tolist()), loss_mask=pack_mask([0, 0] + [1] * (length - 2)),
-            logprobs=pack_floats([0.0, 0.0] + (-8.3 + 0.2 * rng.standard_normal(length - 2)).tolist()),
-            versions=pack_ints([-1, -1] + [0] * (length - 2)), reward=0.0, advantage=float(rng.choice([-1.0, 0.5, 1.0])),
-        ))
-    return samples
-
-
-def _random_draws():
-    return torch.rand(3), random.random(), np.random.rand()
-
-
-def _metrics_without_timing(metrics):
-    return {k: v for k, v in metrics.items() if k not in ("learner_seconds", "learner_tokens_per_s")}
-
-
-def resume_matches_an_uninterrupted_run(model_path, config, tmp_path):
-    """Update, checkpoint, update again; a trainer resumed from the checkpoint (with another seed: everything
-    must come from the file) makes the same second update, bit for bit. Returns (folder, resumed, its metrics)."""
-    first, second = _batch(1), _batch(2)
-    uninterrupted = Trainer(model_path, config, seed=3)
-    uninterrupted.update(first)
-    uninterrupted.publish(tmp_path / "policy", keep=2)
-    folder = uninterrupted.save_checkpoint(tmp_path / "ckpt", step=1)
-    draws = _random_draws()
-    expected_metrics = uninterrupted.update(second)
-
-    resumed = Trainer(model_path, config, seed=99)
-    assert resumed.load_checkpoint(folder) == 1
-    assert (resumed.version, resumed.updates, resumed.optimizer_steps) == (1, 1, 2)
-    resumed_draws = _random_draws()
-    assert torch.equal(draws[0], resumed_draws[0]) and draws[1:] == resumed_draws[1:]
-    metrics = resumed.update(second)
-
-    for (name, a), (_, b) in zip(uninterrupted.model.named_parameters(), resumed.model.named_parameters(), strict=True):
-        assert torch.equal(a, b), name
-    assert _metrics_without_timing(metrics) == _metrics_without_timing(expected_metrics)
-    assert resumed.scheduler.state_dict() == uninterrupted.scheduler.state_dict()
-    return folder, resumed, metrics
 
 
 def test_resume_is_bit_for_bit(tiny_model_path, tmp_path):
@@ -74,7 +24,7 @@ def test_checkpoint_folder_loads_with_from_pretrained(tiny_model_path, tmp_path)
     from transformers import AutoModelForCausalLM
 
     trainer = Trainer(tiny_model_path, CONFIG)
-    trainer.update(_batch(1))
+    trainer.update(random_batch(1))
     folder = trainer.save_checkpoint(tmp_path / "ckpt", step=5)
     assert (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file()
     assert not (tmp_path / ".tmp-ckpt").exists()
@@ -98,9 +48,9 @@ def test_learner_resumes_from_latest_at_start(tiny_model_path, tmp_path):
     config = Config(learner=LearnerConfig(learning_rate=1e-3, checkpoint_every=2))
     trainer = Trainer(tiny_model_path, config.learner)
     assert resume(trainer, paths, tiny_model_path) == tiny_model_path  # nothing to resume from yet
-    apply_batch(trainer, paths, config, TrainBatch(step=0, samples=_batch(1), checkpoint=False))
+    apply_batch(trainer, paths, config, TrainBatch(step=0, samples=random_batch(1), checkpoint=False))
     assert not (paths.checkpoints / "latest").exists()
-    apply_batch(trainer, paths, config, TrainBatch(step=1, samples=_batch(2), checkpoint=False))  # version 2: every 2
+    apply_batch(trainer, paths, config, TrainBatch(step=1, samples=random_batch(2), checkpoint=False))  # version 2: every 2
     assert (paths.checkpoints / "latest").resolve() == paths.checkpoints / "step-000001"
 
     restarted = Trainer(tiny_model_path, config.learner)

@@ -13,7 +13,7 @@ from engine.protocol.paths import RunPaths
 from learner.guards import NonFiniteWeights
 from learner.train import apply_batch
 from learner.trainer import Trainer
-from tests.learner.test_trainer import _sample
+from tests.learner.learner_helpers import make_sample
 
 
 def _weights(trainer):
@@ -29,15 +29,15 @@ def trainer(tiny_model_path):
     return Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2, micro_batch_tokens=64))
 
 
-GOOD = [_sample("agent", [5, 6, 7, 8, 9], 1.0, "a1"), _sample("agent", [5, 6, 10, 11], -1.0, "a2")]
+GOOD = [make_sample("agent", [5, 6, 7, 8, 9], 1.0, "a1"), make_sample("agent", [5, 6, 10, 11], -1.0, "a2")]
 
 
 @pytest.mark.parametrize(
     "bad",
     [
-        _sample("agent", [5, 6, 7, 8], math.nan, "nan-advantage"),
-        _sample("agent", [5, 6, 7, 4096], 1.0, "out-of-range"),  # the tiny model's vocabulary is 4096
-        _sample("agent", [5, 6, 7, -3], 1.0, "negative-id"),
+        make_sample("agent", [5, 6, 7, 8], math.nan, "nan-advantage"),
+        make_sample("agent", [5, 6, 7, 4096], 1.0, "out-of-range"),  # the tiny model's vocabulary is 4096
+        make_sample("agent", [5, 6, 7, -3], 1.0, "negative-id"),
     ],
 )
 def test_a_batch_the_learner_cannot_train_on_is_refused_and_the_version_still_advances(trainer, tmp_path, bad):
@@ -54,7 +54,7 @@ def test_a_batch_the_learner_cannot_train_on_is_refused_and_the_version_still_ad
 
 def test_a_non_finite_loss_skips_the_step_and_says_so(trainer, capsys):
     before = _weights(trainer)
-    metrics = trainer.update([*GOOD, _sample("agent", [5, 6, 7, 8], math.inf, "inf")])  # past the batch check
+    metrics = trainer.update([*GOOD, make_sample("agent", [5, 6, 7, 8], math.inf, "inf")])  # past the batch check
     assert metrics["skipped_nonfinite"] == 1.0 and metrics["optimizer_step"] == 0.0
     assert math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])
     assert _unchanged(before, trainer) and all(p.grad is None for p in trainer.model.parameters())
@@ -66,7 +66,7 @@ def test_a_non_finite_loss_skips_the_step_and_says_so(trainer, capsys):
 
 def test_only_the_mini_batch_with_the_bad_sample_is_skipped(tiny_model_path):
     trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2, micro_batch_tokens=64, mini_batches=2))
-    metrics = trainer.update([*GOOD, _sample("agent", [5, 6, 7, 8], math.nan, "nan"), _sample("agent", [5, 6, 12], 1.0, "a3")])
+    metrics = trainer.update([*GOOD, make_sample("agent", [5, 6, 7, 8], math.nan, "nan"), make_sample("agent", [5, 6, 12], 1.0, "a3")])
     assert metrics["skipped_nonfinite"] == 1.0 and metrics["optimizer_step"] == 1.0 and math.isfinite(metrics["loss"])
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
 

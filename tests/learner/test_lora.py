@@ -7,7 +7,7 @@ import torch
 
 from engine.protocol.config import LearnerConfig, ObjectiveConfig
 from learner.trainer import Trainer
-from tests.learner.test_checkpoint import _batch, resume_matches_an_uninterrupted_run
+from tests.learner.learner_helpers import random_batch, resume_matches_an_uninterrupted_run
 
 LORA = LearnerConfig(
     learning_rate=1e-2, lora_rank=4, lr_schedule="cosine", warmup_steps=1, total_steps=8, mini_batches=2, micro_batch_tokens=32,
@@ -24,7 +24,7 @@ def test_lora_update_trains_only_the_adapter_and_publishes_only_it(tiny_model_pa
     assert trainable and all("lora_" in n for n in trainable)
     assert len(trainer.optimizer.param_groups[0]["params"]) == len(trainable)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    metrics = trainer.update(_batch(1))
+    metrics = trainer.update(random_batch(1))
     assert metrics["optimizer_step"] == 2 and metrics["grad_norm"] > 0
     for name, value in trainer.model.named_parameters():
         if name in trainable:
@@ -42,7 +42,7 @@ def test_lora_update_trains_only_the_adapter_and_publishes_only_it(tiny_model_pa
 
 def test_lora_kl_reference_is_the_base_model(tiny_model_path):
     trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2, lora_rank=4, objective=ObjectiveConfig(kl_coef=0.1)))
-    batch = _batch(1)
+    batch = random_batch(1)
     assert trainer.update(batch)["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # B = 0: the policy is the base
     assert trainer.update(batch)["kl_ref"] > 0.0
 

@@ -1,3 +1,5 @@
+"""The learner process's housekeeping: pruning old checkpoints keeps the newest ones and the current one."""
+
 from learner.train import prune_checkpoints
 
 

@@ -7,26 +7,18 @@ from engine.protocol.config import LearnerConfig, ObjectiveConfig
 from engine.protocol.config_loading import ConfigError
 from engine.protocol.messages import Sample
 from learner.trainer import Trainer
+from tests.learner.learner_helpers import make_sample
 from engine.protocol.messages import pack_floats, pack_ints, pack_mask
-
-
-def _sample(role, tokens, advantage, sample_id):
-    n = len(tokens)
-    return Sample(
-        sample_id=sample_id, role=role, env_id="e", skill="k", arm="design" if role == "designer" else "hint", step=0,
-        tokens=pack_ints(tokens), loss_mask=pack_mask([0, 0] + [1] * (n - 2)), logprobs=pack_floats([0.0, 0.0] + [-8.3] * (n - 2)),
-        versions=pack_ints([-1, -1] + [0] * (n - 2)), reward=0.0, advantage=advantage, temperature=1.0,
-    )
 
 
 @pytest.mark.parametrize("objective", ["decoupled_ppo", "tis", "icepop"])
 def test_mixed_roles_update_and_publish(tiny_model_path, tmp_path, objective):
     trainer = Trainer(tiny_model_path, LearnerConfig(objective=ObjectiveConfig(name=objective), learning_rate=1e-3, micro_batch_tokens=16))
     samples = [
-        _sample("agent", [5, 6, 7, 8, 9], 1.0, "a1"),
-        _sample("agent", [5, 6, 10, 11], -1.0, "a2"),
-        _sample("agent", [5, 6, 12], 0.0, "a3"),  # zero advantage: counted in the token mean, not run
-        _sample("designer", [1, 2, 3, 4, 5, 6, 7], 0.5, "d1"),
+        make_sample("agent", [5, 6, 7, 8, 9], 1.0, "a1"),
+        make_sample("agent", [5, 6, 10, 11], -1.0, "a2"),
+        make_sample("agent", [5, 6, 12], 0.0, "a3"),  # zero advantage: counted in the token mean, not run
+        make_sample("designer", [1, 2, 3, 4, 5, 6, 7], 0.5, "d1"),
     ]
     metrics = trainer.update(samples)
     assert metrics["trained_samples"] == 3 and metrics["zero_advantage_samples"] == 1
@@ -42,7 +34,7 @@ def test_mixed_roles_update_and_publish(tiny_model_path, tmp_path, objective):
 def test_kl_to_reference_loads_a_frozen_copy(tiny_model_path):
     trainer = Trainer(tiny_model_path, LearnerConfig(objective=ObjectiveConfig(kl_coef=0.1), learning_rate=1e-3))
     assert trainer.reference is not None and not any(p.requires_grad for p in trainer.reference.parameters())
-    metrics = trainer.update([_sample("agent", [5, 6, 7, 8], 1.0, "a")])
+    metrics = trainer.update([make_sample("agent", [5, 6, 7, 8], 1.0, "a")])
     assert metrics["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # before the step the policy is the reference
 
 
@@ -106,7 +98,7 @@ def test_lr_schedules(schedule, expected):
 def test_learning_rate_is_logged_per_update(tiny_model_path):
     config = LearnerConfig(learning_rate=1e-3, lr_schedule="linear", warmup_steps=1, total_steps=3)
     trainer = Trainer(tiny_model_path, config)
-    sample = _sample("agent", [5, 6, 7, 8], 1.0, "a")
+    sample = make_sample("agent", [5, 6, 7, 8], 1.0, "a")
     assert [trainer.update([sample])["learning_rate"] for _ in range(3)] == pytest.approx([1e-3, 1e-3, 0.5e-3])
 
 
@@ -122,7 +114,7 @@ def test_bad_learner_config_is_named():
 
 def test_update_logs_what_the_issue_asks_for(tiny_model_path):
     trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-3, micro_batch_tokens=16))
-    metrics = trainer.update([_sample("agent", [5, 6, 7, 8, 9], 1.0, "a1"), _sample("designer", [1, 2, 3, 4], -1.0, "d1")])
+    metrics = trainer.update([make_sample("agent", [5, 6, 7, 8, 9], 1.0, "a1"), make_sample("designer", [1, 2, 3, 4], -1.0, "d1")])
     for name in (
         "loss_agent", "loss_designer", "clip_fraction", "behaviour_weight_mean", "behaviour_weight_max", "masked_fraction",
         "mismatch_k3", "staleness_0", "grad_norm", "learner_tokens_per_s", "learning_rate", "padding_fraction",
@@ -194,10 +186,10 @@ def test_a_zero_advantage_sample_still_gets_its_kl_gradient(tiny_model_path):
     """With kl_coef > 0 a zero-advantage sample runs: its k3 term to the reference has a gradient once the policy
     has moved (at the reference itself that gradient is 0)."""
     trainer = Trainer(tiny_model_path, LearnerConfig(objective=ObjectiveConfig(kl_coef=0.5), learning_rate=1e-2))
-    trainer.update([_sample("agent", [5, 6, 7, 8, 9], 1.0, "move")])  # the policy leaves the reference
-    metrics, grads = _gradients_of_one_update(trainer, [_sample("agent", [5, 6, 10, 11, 12], 0.0, "zero")])
+    trainer.update([make_sample("agent", [5, 6, 7, 8, 9], 1.0, "move")])  # the policy leaves the reference
+    metrics, grads = _gradients_of_one_update(trainer, [make_sample("agent", [5, 6, 10, 11, 12], 0.0, "zero")])
     assert metrics["trained_samples"] == 1 and metrics["zero_advantage_samples"] == 1
     assert metrics["kl_ref"] > 0 and metrics["grad_norm"] > 0
     assert any(float(g.abs().sum()) > 0 for g in grads.values())
-    without_kl = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2)).update([_sample("agent", [5, 6, 10, 11, 12], 0.0, "zero")])
+    without_kl = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2)).update([make_sample("agent", [5, 6, 10, 11, 12], 0.0, "zero")])
     assert without_kl["trained_samples"] == 0 and without_kl["optimizer_step"] == 0  # no KL: nothing to train

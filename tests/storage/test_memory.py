@@ -1,3 +1,5 @@
+"""The designer's memory: positive and negative examples per skill, the learnable band and the pool ranked by regret."""
+
 import random
 
 import pytest

@@ -1,3 +1,5 @@
+"""Packed sample arrays: ints, floats and masks round-trip on the wire, and check_sample names a misaligned array."""
+
 import msgspec
 import numpy as np
 import pytest

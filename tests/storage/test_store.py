@@ -1,3 +1,5 @@
+"""The LMDB store: batched writes and scans, committed versus lost batches, read-only opening and a full disk."""
+
 import pytest
 
 from engine.protocol.messages import Sample, pack_floats, pack_ints, pack_mask

@@ -145,7 +145,7 @@ def test_weights_requested_during_a_call_are_applied_before_the_next_one():
         batcher.request_weights(2, "v2")  # supersedes v1: only the newest is loaded
         batcher.request_weights(2, "v2-again")  # equal to the pending one: ignored
         batcher.request_weights(1, "v1-again")  # older than the pending one: ignored
-        await trio.sleep(0.05)
+        await trio.testing.wait_all_tasks_blocked()  # the batcher waits on its call, not on the new weights
         assert backend.loads == [] and batcher.policy_version == 0  # never in the middle of a call
         backend.release.set()
         await _until(lambda: 0 in results)

@@ -11,7 +11,7 @@ from actors.inference.scripted import ScriptedBackend
 from engine.protocol.config import LearnerConfig
 from learner.logprobs import token_logprobs
 from learner.trainer import Trainer
-from tests.learner.test_checkpoint import _batch
+from tests.learner.learner_helpers import random_batch
 
 PROMPT = [5, 6, 7, 8, 9, 10]
 
@@ -21,8 +21,8 @@ def lora_policy(tiny_model_path, tmp_path_factory):
     """A LoRA trainer after two updates (adapter A and B both moved) and the adapter it published."""
     config = LearnerConfig(learning_rate=1e-2, lora_rank=4, mini_batches=2, micro_batch_tokens=32)
     trainer = Trainer(tiny_model_path, config, seed=0)
-    trainer.update(_batch(1))
-    trainer.update(_batch(2))
+    trainer.update(random_batch(1))
+    trainer.update(random_batch(2))
     folder = trainer.publish(tmp_path_factory.mktemp("policy"), keep=2)
     trainer.model.eval()
     return trainer, folder

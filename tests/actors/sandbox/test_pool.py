@@ -102,7 +102,7 @@ def test_failures_have_a_kind_and_a_bounded_detail_and_the_pool_keeps_serving(so
         assert await play_guess(pool)
         return caught.value, pool.statistics()
 
-    failure, stats = run(body)
+    failure, stats = run(body, step_timeout_s=2.0 if kind == "timeout" else 30.0)  # only a hang meets the timeout
     assert failure.kind == kind
     assert len(failure.detail) <= 2000
     assert re.search(detail, failure.detail), failure.detail
@@ -211,7 +211,7 @@ def test_episodes_run_concurrently_up_to_the_worker_count():
                 nursery.start_soon(one, pool)
         return pool.statistics()
 
-    stats = run(body, workers=2)
+    stats = run(body, workers=2, step_timeout_s=30.0)
     assert peak == 2 and stats.episodes_served == 6 and stats.episodes_failed == 0
 
 
@@ -224,7 +224,7 @@ def test_cancelling_a_caller_mid_call_does_not_leak_a_bad_worker():
         assert await play_guess(pool)  # the worker mid-call was killed, a fresh one serves this
         return pool.statistics()
 
-    stats = run(body)
+    stats = run(body, step_timeout_s=30.0)  # the cancellation, never the step timeout, ends the call
     assert stats.workers_replaced == 1 and stats.episodes_failed == 0
 
 
@@ -261,7 +261,9 @@ def test_closing_the_pool_leaves_no_process_behind():
                     pids.append(episode._worker.pid)
                     await episode.reset(seed=0)
                     await episode.step("x")
-        await trio.sleep(0.2)  # let the background refills start their workers
+        with trio.fail_after(30):  # the background refills start their workers
+            while any(slot.worker is None for slot in pool._slots):
+                await trio.sleep(0.01)
         pids.extend(slot.worker.pid for slot in pool._slots if slot.worker is not None)
 
     run(body, workers=2, step_timeout_s=0.3)

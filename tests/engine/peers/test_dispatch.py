@@ -3,6 +3,7 @@
 import time
 
 import trio
+import trio.testing
 import zmq
 
 from engine.peers.dispatch import Dispatcher, WorkerState
@@ -39,7 +40,7 @@ def test_tasks_respect_slots_and_are_requeued_from_a_dead_worker(tmp_path):
 
             nursery.start_soon(run)
             got_a = [await a.receive(), await a.receive()]
-            await trio.sleep(0.05)
+            await trio.testing.wait_all_tasks_blocked()  # the dispatcher has done all it can
             assert dispatcher.in_flight() == 2  # the third waits: worker a has 2 slots
             dispatcher.drop_worker(b"a")  # a dies: its tasks go back to the queue
             dispatcher.add_worker(WorkerState(ident=b"b", worker_id="b", slots=4, isolation="", backend="", policy_version=0, last_seen=now))
@@ -54,7 +55,8 @@ def test_tasks_respect_slots_and_are_requeued_from_a_dead_worker(tmp_path):
                 dispatcher.complete(b"b", TaskFailed(task_id=task_id, worker_id="b", reason="first"))
                 assert (await b.receive()).task_id == task_id
                 dispatcher.complete(b"b", TaskFailed(task_id=task_id, worker_id="b", reason="final"))
-            await trio.sleep(0.05)
+            while "all" not in results:  # the waiter wakes on the last result
+                await trio.sleep(0.01)
             assert [r.task_id for r in results["all"]] == ["t0", "t1", "t2"]
             nursery.cancel_scope.cancel()
 

@@ -1,3 +1,6 @@
+"""The environment contract: which classes count as the Env class, and the fingerprint that tells a copy from a
+variant."""
+
 import ast
 
 from engine.protocol.contract import env_class_name, env_classes

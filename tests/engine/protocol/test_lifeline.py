@@ -1,3 +1,5 @@
+"""The engine lifeline: telling alive, dead and zombie processes apart, and waiting until the engine is gone."""
+
 import os
 import subprocess
 import sys

@@ -1,3 +1,5 @@
+"""The wire messages: every type round-trips through its union, and a bad message is refused naming the field."""
+
 import typing
 
 import msgspec

@@ -1,3 +1,5 @@
+"""Run directories: one engine at a time per run, and short socket addresses that differ per run."""
+
 import os
 
 import pytest

@@ -1,3 +1,5 @@
+"""The ZeroMQ transport: a router-dealer round trip, and a malformed message turned into a protocol error."""
+
 import pytest
 import trio
 import zmq
