@@ -31,6 +31,7 @@ import msgspec
 from engine.protocol.config import OBJECTIVES, read_config_file
 from engine.protocol.errors import InputError, SpadeError
 from engine.protocol.messages import TrainBatch
+from engine.protocol.metrics_file import read_rows
 from engine.protocol.paths import RunPaths
 
 
@@ -57,14 +58,9 @@ def read_batches(file: Path) -> ReplayBatches:
 def live_losses(paths: RunPaths) -> dict[int, float]:
     """The live run's loss of the update trained by each policy version (its row carries the version it made)."""
     losses = {}
-    if paths.metrics.is_file():
-        for line in paths.metrics.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "policy_version" in row:
-                losses[int(row["policy_version"]) - 1] = float(row.get("learner", {}).get("loss", row.get("learner_loss", 0.0)))
+    for row in read_rows(paths.metrics):
+        if "policy_version" in row:
+            losses[int(row["policy_version"]) - 1] = float(row.get("learner", {}).get("loss", row.get("learner_loss", 0.0)))
     return losses
 
 
