@@ -310,7 +310,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from engine import replay
+    from engine.tools import replay
 
     paths = _run_dir(args.run_dir)
     args.run_dir = str(paths.root)
