@@ -33,6 +33,7 @@ from engine.protocol.messages import (
     encode_reasoning_gym_task,
     unpack_ints,
 )
+from engine.protocol.metrics_file import read_rows
 from engine.protocol.paths import RG_HARD_FILE, RunPaths
 from engine.protocol.stats import wilson
 
@@ -97,17 +98,7 @@ def append_row(path: Path, row: dict) -> None:
 
 
 def evaluated_versions(path: Path) -> set[int]:
-    if not path.is_file():
-        return set()
-    done = set()
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and "eval_policy_version" in row:
-            done.add(row["eval_policy_version"])
-    return done
+    return {row["eval_policy_version"] for row in read_rows(path) if "eval_policy_version" in row}
 
 
 class InLoopEval:

@@ -37,11 +37,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from engine.protocol.paths import CHECKPOINT_STATE, CHECKPOINT_SUMMARY
+
 if TYPE_CHECKING:
     from learner.trainer import Trainer
 
-STATE_FILE = "trainer_state.pt"
-SUMMARY_FILE = "checkpoint.json"  # engine/protocol/paths.py reads it: keep the two names in step
 ADAPTER_DIR = "adapter"  # inside a LoRA checkpoint
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 FORMAT = 1
@@ -103,9 +103,9 @@ def save_checkpoint(trainer: Trainer, folder: Path, step: int) -> Path:
             "scheduler": trainer.scheduler.state_dict(),
             "rng": rng,
         }
-        torch.save(state, tmp / STATE_FILE)
+        torch.save(state, tmp / CHECKPOINT_STATE)
         # What the engine reads without torch (`up --resume` refuses a store older than the checkpoint).
-        (tmp / SUMMARY_FILE).write_text(json.dumps({"step": step, "version": trainer.version, "lora": trainer.lora}))
+        (tmp / CHECKPOINT_SUMMARY).write_text(json.dumps({"step": step, "version": trainer.version, "lora": trainer.lora}))
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
     trainer.dist.barrier()  # no rank goes on (and maybe reads it) before the folder is complete
@@ -115,9 +115,9 @@ def save_checkpoint(trainer: Trainer, folder: Path, step: int) -> Path:
 def load_checkpoint(trainer: Trainer, folder: Path) -> int:
     """Restore weights, optimizer, scheduler, counters and RNG states; returns the checkpoint's step."""
     folder = Path(folder).resolve()
-    state_path = folder / STATE_FILE
+    state_path = folder / CHECKPOINT_STATE
     if not state_path.is_file():
-        raise FileNotFoundError(f"{folder} is not a learner checkpoint: {STATE_FILE} is missing")
+        raise FileNotFoundError(f"{folder} is not a learner checkpoint: {CHECKPOINT_STATE} is missing")
     state = torch.load(state_path, map_location="cpu", weights_only=True)
     if state.get("format") != FORMAT:
         raise ValueError(f"{state_path} has format {state.get('format')!r}; this learner reads format {FORMAT}")

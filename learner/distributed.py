@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from engine.protocol.devices import select_gpus
+
 
 def resolve_device(name: str) -> str:
     """"auto" is cuda when a GPU is visible, else cpu."""
@@ -122,7 +124,7 @@ def init_distributed(device: str = "auto", *, timeout_s: float = 1800.0, gpus: l
     """
     import torch
 
-    select_gpus(gpus, "learner.gpus")
+    select_and_check_gpus(gpus, "learner.gpus")
     device_type = resolve_device(device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -186,18 +188,15 @@ def split_by_tokens(lengths: list[int], world_size: int) -> list[list[int]]:
     return [sorted(share) for share in shares]
 
 
-def select_gpus(gpus, field: str) -> None:
-    """Make only `gpus` visible to this process (CUDA_VISIBLE_DEVICES, set before CUDA starts; indices into an
-    existing CUDA_VISIBLE_DEVICES), then check that each is there. Empty: leave the environment as it is. On a
-    machine without GPUs nothing is checked (the learner runs on the CPU)."""
+def select_and_check_gpus(gpus, field: str) -> None:
+    """Make only `gpus` visible to this process (engine/protocol/devices.py, before CUDA starts), then check that
+    each is there. Empty: leave the environment as it is. On a machine without GPUs nothing is checked (the
+    learner runs on the CPU)."""
     if not gpus:
         return
     import torch
 
-    existing = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if existing and max(gpus) >= len(existing):
-        raise ValueError(f"{field} = {list(gpus)}: CUDA_VISIBLE_DEVICES shows only {len(existing)} GPUs ({','.join(existing)})")
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(existing[g] if existing else str(g) for g in gpus)
+    select_gpus(gpus, field)
     visible = torch.cuda.device_count()
     if 0 < visible < len(gpus):
         raise ValueError(f"{field} = {list(gpus)} names a GPU this node does not have: use indices below the node's GPU count")

@@ -31,41 +31,17 @@ import msgspec
 from engine.protocol.config import OBJECTIVES
 from engine.protocol.config_loading import read_config_file
 from engine.protocol.errors import InputError, SpadeError
-from engine.protocol.messages import TrainBatch
+from engine.protocol.metrics_file import read_rows
 from engine.protocol.paths import RunPaths
-
-
-class ReplayBatches(msgspec.Struct, kw_only=True):
-    """OUT/batches.msgpack as engine/tools/replay.py writes it."""
-
-    run_dir: str
-    model_path: str
-    start_version: int  # the policy version of `checkpoint` (0: the base model)
-    checkpoint: str  # "" for the base model
-    first_version: int  # the first batch compared; the ones before it only bring the weights there
-    batches: list[tuple[int, TrainBatch]]
-
-
-def read_batches(file: Path) -> ReplayBatches:
-    try:
-        return msgspec.msgpack.decode(file.read_bytes(), type=ReplayBatches)
-    except OSError as exc:
-        raise InputError(f"cannot read {file} ({exc.strerror or exc}): export it with `replay RUN_DIR --train`") from None
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise InputError(f"{file} is not a replay batch file ({exc}): export it again with `replay RUN_DIR --train`") from None
+from engine.protocol.replay_batches import ReplayBatches, read_batches
 
 
 def live_losses(paths: RunPaths) -> dict[int, float]:
     """The live run's loss of the update trained by each policy version (its row carries the version it made)."""
     losses = {}
-    if paths.metrics.is_file():
-        for line in paths.metrics.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "policy_version" in row:
-                losses[int(row["policy_version"]) - 1] = float(row.get("learner", {}).get("loss", row.get("learner_loss", 0.0)))
+    for row in read_rows(paths.metrics):
+        if "policy_version" in row:
+            losses[int(row["policy_version"]) - 1] = float(row.get("learner", {}).get("loss", row.get("learner_loss", 0.0)))
     return losses
 
 

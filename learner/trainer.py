@@ -20,7 +20,7 @@ i mod M), one optimizer step each; mini-batch 0 runs before any step, so its pro
 log-probs, and those of the later mini-batches are recomputed without gradient before the first step.
 
 On N processes every rank holds the whole batch (rank 0 broadcasts it, learner/train.py), computes the same plan
-(learner/distributed.py: `split_by_tokens`), and runs its share of each mini-batch in micro-batches of at most
+(learner/packing.py), and runs its share of each mini-batch in micro-batches of at most
 `micro_batch_tokens` padded tokens; ranks with fewer micro-batches run empty ones, since every FSDP forward and
 backward is a collective. Role token counts come from the whole mini-batch, and FSDP sums the gradients, so
 the update equals the single-process one up to floating-point summation order.
@@ -33,7 +33,6 @@ import math
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +42,10 @@ from engine.protocol.config import LearnerConfig
 from engine.protocol.config_loading import check_learner
 from engine.protocol.messages import Sample
 from learner import checkpoint, guards
-from learner.distributed import Distributed, refuse_oversize, resolve_device, shard_model, split_by_tokens
+from learner.distributed import Distributed, resolve_device, shard_model
 from learner.logprobs import sequence_logprobs
 from learner.objectives import aggregate, token_losses
-from engine.protocol.messages import unpack_floats, unpack_ints, unpack_mask
-
-ROLES = ("agent", "designer")
+from learner.packing import ROLES, Batch, MiniBatch, Row, collate, plan_mini_batches, unpack
 # Summed over micro-batches and ranks, then turned into the logged means (one all-reduce per update).
 _SUMS = ("loss", "loss_agent", "loss_designer", "clip", "weight", "masked", "k3", "kl", "tokens", "kept")
 
@@ -67,83 +64,6 @@ def lr_factor(config: LearnerConfig, step: int) -> float:
     if config.lr_schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * progress))
     return 1.0 - progress
-
-
-@dataclass(frozen=True)
-class _Row:
-    """One sample, unpacked once per update."""
-
-    ids: np.ndarray
-    mask: np.ndarray  # float32, position 0 already zeroed (it has no prediction)
-    behaviour: np.ndarray
-    versions: np.ndarray
-    advantage: float
-    temperature: float
-    role: str
-
-    @property
-    def length(self) -> int:
-        return len(self.ids)
-
-
-def _unpack(sample: Sample) -> _Row:
-    mask = unpack_mask(sample.loss_mask).astype(np.float32)
-    mask[:1] = 0.0
-    return _Row(
-        ids=unpack_ints(sample.tokens).astype(np.int64),
-        mask=mask,
-        behaviour=unpack_floats(sample.logprobs),
-        versions=unpack_ints(sample.versions).astype(np.int64),
-        advantage=float(sample.advantage),
-        temperature=sample.temperature if sample.temperature > 0 else 1.0,
-        role=sample.role,
-    )
-
-
-def _micro_batches(indices: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """Length-sorted greedy packing: a micro-batch's padded size (rows x longest) stays within max_tokens."""
-    indices = refuse_oversize(indices, lengths, max_tokens)
-    batches, current, width = [], [], 0
-    for index in sorted(indices, key=lambda i: (lengths[i], i)):
-        n = lengths[index]
-        if current and max(width, n) * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, width = [], 0
-        current.append(index)
-        width = max(width, n)
-    if current:
-        batches.append(current)
-    return batches
-
-
-@dataclass(frozen=True)
-class _MiniBatch:
-    role_tokens: dict[str, float]  # loss-mask tokens per role in the whole mini-batch (the token-mean denominators)
-    samples: float  # samples in the whole mini-batch (the per-sample mean's denominator)
-    micro: list[list[list[int]]]  # per rank: its micro-batches (sample indices)
-
-    @property
-    def passes(self) -> int:
-        """Forward/backward passes every rank runs (the most any rank needs)."""
-        return max(len(m) for m in self.micro)
-
-    @property
-    def trainable(self) -> bool:
-        return self.passes > 0
-
-
-@dataclass(frozen=True)
-class _Batch:
-    """A micro-batch as right-padded tensors on the device."""
-
-    ids: torch.Tensor
-    attention: torch.Tensor
-    mask: torch.Tensor
-    behaviour: torch.Tensor
-    advantages: torch.Tensor
-    temperatures: torch.Tensor | None  # [rows, 1, 1]; None when every row samples at temperature 1
-    roles: list[str]
-    lengths: list[int]
 
 
 def _wrap_lora(model, config: LearnerConfig):
@@ -225,10 +145,11 @@ class Trainer:
     def update(self, samples: list[Sample]) -> dict[str, float]:
         started = time.perf_counter()
         objective = self.config.objective
-        rows = [_unpack(s) for s in samples]
+        rows = [unpack(s) for s in samples]
         with_kl = self.reference is not None  # a zero-advantage sample's KL term still has a gradient
         trainable = [i for i, r in enumerate(rows) if r.mask.any() and (r.advantage != 0.0 or with_kl)]
-        plan = self._plan(rows, set(trainable))
+        plan = plan_mini_batches(rows, set(trainable), mini_batches=self.config.mini_batches, world_size=self.dist.world_size,
+                                 micro_batch_tokens=self.config.micro_batch_tokens)
         weights = {"agent": self.config.agent_weight, "designer": self.config.designer_weight}
         proximal = self._proximal_logprobs(rows, plan) if len(plan) > 1 else {}
         # Statistics stay on the device until the end of the update: one transfer, no sync per micro-batch.
@@ -244,7 +165,7 @@ class Trainer:
                 if index >= len(mine):
                     self._empty_pass(backward=True)
                     continue
-                batch = self._collate(rows, mine[index])
+                batch = collate(rows, mine[index], self.device)
                 logprobs = self._logprobs(self.model, batch)
                 prox = logprobs.detach() if number == 0 else self._gather_proximal(proximal, mine[index], batch)
                 ref = None
@@ -272,7 +193,7 @@ class Trainer:
         skipped = {"skipped_nonfinite": float(len([m for m in plan if m.trainable]) - len(grad_norms))}
         return self._metrics(rows, trainable, plan, dict(zip(_SUMS, sums.tolist())), float(weight_max), grad_norms, lr, seconds) | skipped
 
-    def _reducer(self, batch: _Batch, mini: _MiniBatch):
+    def _reducer(self, batch: Batch, mini: MiniBatch):
         """The micro-batch's share of its mini-batch's loss, `learner.loss_aggregation` over the whole mini-batch."""
         mode, row_tokens = self.config.loss_aggregation, batch.mask.sum(-1)
 
@@ -299,24 +220,8 @@ class Trainer:
             tokens, kept_tokens,
         ]).double()
 
-    def _plan(self, rows: list[_Row], trainable: set[int]) -> list[_MiniBatch]:
-        """Mini-batches (sample i in mini-batch i mod M), each split over the ranks, then into micro-batches."""
-        lengths = [r.length for r in rows]
-        count = self.config.mini_batches
-        plan = []
-        for first in range(count):
-            members = list(range(first, len(rows), count))
-            role_tokens = {role: 0.0 for role in ROLES}
-            for i in members:
-                role_tokens[rows[i].role] += float(rows[i].mask.sum())
-            train = [i for i in members if i in trainable]
-            shares = split_by_tokens([lengths[i] for i in train], self.dist.world_size)
-            micro = [_micro_batches([train[j] for j in share], lengths, self.config.micro_batch_tokens) for share in shares]
-            plan.append(_MiniBatch(role_tokens=role_tokens, samples=float(len(members)), micro=micro))
-        return plan
-
     @torch.no_grad()
-    def _proximal_logprobs(self, rows: list[_Row], plan: list[_MiniBatch]) -> dict[int, torch.Tensor]:
+    def _proximal_logprobs(self, rows: list[Row], plan: list[MiniBatch]) -> dict[int, torch.Tensor]:
         """log pi_prox of every trainable sample of mini-batches 1.. (weights before the first step), by sample."""
         proximal: dict[int, torch.Tensor] = {}
         for mini in plan[1:]:
@@ -325,49 +230,24 @@ class Trainer:
                 if index >= len(mine):
                     self._empty_pass(backward=False)
                     continue
-                batch = self._collate(rows, mine[index])
+                batch = collate(rows, mine[index], self.device)
                 logprobs = self._logprobs(self.model, batch)
                 for row, (sample, n) in enumerate(zip(mine[index], batch.lengths)):
                     proximal[sample] = logprobs[row, :n].clone()
         return proximal
 
-    def _gather_proximal(self, proximal: dict[int, torch.Tensor], micro: list[int], batch: _Batch) -> torch.Tensor:
+    def _gather_proximal(self, proximal: dict[int, torch.Tensor], micro: list[int], batch: Batch) -> torch.Tensor:
         out = torch.zeros_like(batch.mask)
         for row, (sample, n) in enumerate(zip(micro, batch.lengths)):
             out[row, :n] = proximal[sample]
         return out
-
-    def _collate(self, rows: list[_Row], micro: list[int]) -> _Batch:
-        chosen = [rows[i] for i in micro]
-        width = max(r.length for r in chosen)
-        ids = np.zeros((len(chosen), width), dtype=np.int64)
-        attention = np.zeros((len(chosen), width), dtype=np.int64)
-        mask = np.zeros((len(chosen), width), dtype=np.float32)
-        behaviour = np.zeros((len(chosen), width), dtype=np.float32)
-        for row, r in enumerate(chosen):
-            ids[row, : r.length] = r.ids
-            attention[row, : r.length] = 1
-            mask[row, : r.length] = r.mask
-            behaviour[row, : r.length] = r.behaviour
-        temperatures = [r.temperature for r in chosen]
-        device = self.device
-        return _Batch(
-            ids=torch.from_numpy(ids).to(device),
-            attention=torch.from_numpy(attention).to(device),
-            mask=torch.from_numpy(mask).to(device),
-            behaviour=torch.from_numpy(behaviour).to(device),
-            advantages=torch.tensor([[r.advantage] for r in chosen], dtype=torch.float32, device=device),
-            temperatures=None if all(t == 1.0 for t in temperatures) else torch.tensor(temperatures, device=device).view(-1, 1, 1),
-            roles=[r.role for r in chosen],
-            lengths=[r.length for r in chosen],
-        )
 
     def _forward(self, model, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
         context = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
         with context:
             return model(input_ids=ids, attention_mask=attention, use_cache=False).logits
 
-    def _logprobs(self, model, batch: _Batch) -> torch.Tensor:
+    def _logprobs(self, model, batch: Batch) -> torch.Tensor:
         return sequence_logprobs(model, batch.ids, batch.attention, batch.temperatures, autocast=self.autocast)
 
     def _empty_pass(self, *, backward: bool) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from storage.records import StoredRecordError
-from storage.store import Store
+from storage.store import Store, trajectory_prefix
 
 
 def tolerant(store: Store, db: str, skipped: list[StoredRecordError], prefix: str = "") -> Iterator[Any]:
@@ -36,7 +36,7 @@ def tolerant_get(store: Store, db: str, key: str, skipped: list[StoredRecordErro
 
 
 def trajectories(store: Store, skipped: list[StoredRecordError], step: int | None = None) -> Iterator[Any]:
-    return tolerant(store, "trajectories", skipped, "" if step is None else f"{step:08d}/")
+    return tolerant(store, "trajectories", skipped, "" if step is None else trajectory_prefix(step))
 
 
 def describe_skipped(skipped: list[StoredRecordError], limit: int = 5) -> list[str]:

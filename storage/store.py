@@ -45,7 +45,7 @@ from storage.records import (
     TrajectoryRecord,
 )
 
-__all__ = ["Store", "StoreAccessError", "StoreCorrupt", "StoreFullError", "StoreMissing", "check_data_file", "trajectory_key"]
+__all__ = ["Store", "StoreAccessError", "StoreCorrupt", "StoreFullError", "StoreMissing", "check_data_file", "trajectory_key", "trajectory_prefix"]
 
 T = TypeVar("T")
 
@@ -109,8 +109,13 @@ class Batch:
         self._put("meta", "state", state)
 
 
+def trajectory_prefix(step: int) -> str:
+    """The start of every trajectory key of `step`: zero-padded, so key order is step order."""
+    return f"{step:08d}/"
+
+
 def trajectory_key(step: int, sample_id: str) -> str:
-    return f"{step:08d}/{sample_id}"
+    return trajectory_prefix(step) + sample_id
 
 
 class Store:
@@ -254,7 +259,7 @@ class Store:
         return self._scan("environments")
 
     def trajectories(self, step: int | None = None) -> Iterator[TrajectoryRecord]:
-        return self._scan("trajectories", "" if step is None else f"{step:08d}/")
+        return self._scan("trajectories", "" if step is None else trajectory_prefix(step))
 
     def memory(self) -> Iterator[MemoryRecord]:
         return self._scan("memory")

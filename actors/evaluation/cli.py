@@ -27,6 +27,7 @@ from actors.evaluation.runner import ModelRef, Progress, evaluate_model
 from actors.evaluation.suites import SUITES, load_suite
 from actors.evaluation.table import build_table, markdown
 from engine.protocol.errors import InputError, describe_failure, leaf_exceptions
+from engine.protocol.paths import read_checkpoint_version
 
 BACKENDS = ("transformers", "vllm", "scripted", "oracle")
 
@@ -62,15 +63,8 @@ def resolve_model(text: str, checkpoint: str | None, default_model=None) -> tupl
     if not (folder / "config.json").is_file():
         known = sorted(p.name for p in (root / "checkpoints").glob("*") if p.is_dir() and not p.name.startswith(".")) if (root / "checkpoints").is_dir() else []
         raise EvalInputError(f"{text}: no checkpoint {name!r} in {root / 'checkpoints'} (known: {', '.join(known) or 'none'}; or @initial)")
-    version = _checkpoint_version(folder)
+    version = read_checkpoint_version(folder)
     return f"{root.name}@{name if name != 'latest' else folder.name}" + (f" (v{version})" if version is not None else ""), str(folder)
-
-
-def _checkpoint_version(folder: Path) -> int | None:
-    try:
-        return int(json.loads((folder / "checkpoint.json").read_text())["version"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:

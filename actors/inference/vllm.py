@@ -43,6 +43,7 @@ import trio
 
 from actors.inference.base import Generation, GenerationRequest, InferenceBackend
 from actors.inference.hf import is_adapter_folder, load_tokenizer, stop_token_ids
+from engine.protocol.devices import select_gpus
 from engine.protocol.errors import InputError, RunFailed
 
 INSTALL_HINT = "pip install -e '.[gpu]' on a GPU machine, or run from .venv-vllm (made by bin/test --vllm) on CPU"
@@ -60,16 +61,6 @@ def require_vllm() -> None:
         import vllm  # noqa: F401
     except ImportError as exc:
         raise VLLMMissing(f"inference.backend = 'vllm' needs vLLM, which does not import here ({exc}): {INSTALL_HINT}") from None
-
-
-def _select_gpus(gpus: list[int]) -> None:
-    """Only `gpus` visible to the engine (set before CUDA starts; indices into an existing CUDA_VISIBLE_DEVICES)."""
-    if not gpus:
-        return
-    existing = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if existing and max(gpus) >= len(existing):
-        raise ValueError(f"inference.gpus = {gpus}: CUDA_VISIBLE_DEVICES shows only {len(existing)} GPUs")
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(existing[g] if existing else str(g) for g in gpus)
 
 
 def _on_cpu() -> bool:
@@ -93,7 +84,7 @@ class VLLMBackend(InferenceBackend):
             # cores (0: all), as the transformers backend does.
             cores = inference.threads or os.cpu_count() or 1
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{cores - 1}")
-        _select_gpus(list(inference.gpus))
+        select_gpus(inference.gpus, "inference.gpus")
         self._tokenizer = load_tokenizer(model_path)
         self.stop_ids = stop_token_ids(self._tokenizer)
         self.request_timeout_s = inference.request_timeout_s

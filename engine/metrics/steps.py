@@ -21,6 +21,7 @@ from pathlib import Path
 import msgspec
 
 from engine.protocol.messages import PlayResult, TaskFailed
+from engine.protocol.metrics_file import read_rows
 from engine.rewards import learnable, mean, returns_by_group, win_rate
 
 
@@ -118,15 +119,7 @@ class MetricsLog:
         self._versions = {row.get("policy_version") for row in self._rows()}
 
     def _rows(self) -> list[dict]:
-        if not self.path.is_file():
-            return []
-        rows = []
-        for line in self.path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash
-        return rows
+        return read_rows(self.path)
 
     def step_rows(self) -> dict[int, dict]:
         """The rows written so far, by step (the newest row of a step)."""

@@ -40,12 +40,12 @@ from engine.protocol.messages import (
     PolicyManifest,
     RunInfo,
 )
-from engine.protocol.paths import RunPaths
+from engine.protocol.paths import CHECKPOINT_STATE, CHECKPOINT_SUMMARY, RunPaths
 from engine.protocol.transport import MessageSocket
 
 CHUNK_BYTES = 512 * 1024
 QUEUE = 64  # requests waiting to be served; more are dropped (the worker asks again after its timeout)
-NOT_SERVED = {"trainer_state.pt", "checkpoint.json"}  # a checkpoint's resume state: not part of the policy
+NOT_SERVED = {CHECKPOINT_STATE, CHECKPOINT_SUMMARY}  # a checkpoint's resume state: not part of the policy
 WINDOW = 8  # chunks a peer may hold unreturned (the fetcher keeps 4 in flight)
 TICKET_TTL_S = 30.0
 MAX_FETCHING = 256

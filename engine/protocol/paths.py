@@ -101,6 +101,19 @@ def connect_address(bound: str) -> str:
     return bound.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
 
 
+# A learner checkpoint folder's own files beside the model (learner/checkpoint.py writes them).
+CHECKPOINT_SUMMARY = "checkpoint.json"  # {"step", "version", "lora"}: what the engine and the workers read without torch
+CHECKPOINT_STATE = "trainer_state.pt"  # the resume state: optimizer, scheduler, RNG
+
+
+def read_checkpoint_version(folder: Path) -> int | None:
+    """The policy version of the checkpoint in `folder`, or None for a folder without a readable summary."""
+    try:
+        return int(json.loads((folder / CHECKPOINT_SUMMARY).read_text())["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class RunPaths:
     def __init__(self, run_dir: str | Path):
         self.root = Path(run_dir).resolve()
@@ -173,10 +186,5 @@ class RunPaths:
         return self.read_meta()["model_path"]
 
     def checkpoint_version(self) -> int | None:
-        """The policy version of the learner's newest checkpoint (learner/checkpoint.py writes checkpoint.json
-        beside the weights), or None without one."""
-        summary = self.checkpoints / "latest" / "checkpoint.json"
-        try:
-            return int(json.loads(summary.read_text())["version"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        """The policy version of the learner's newest checkpoint, or None without one."""
+        return read_checkpoint_version(self.checkpoints / "latest")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from engine.rewards import mean, win_rate
 from storage.records import StoredRecordError
 from storage.scan import tolerant
-from storage.store import Store
+from storage.store import Store, trajectory_key
 
 
 @dataclass
@@ -59,7 +59,7 @@ def environment_rows(store: Store, skipped: list[StoredRecordError] | None = Non
         if t.role != "agent":
             continue
         if t.arm == "no_hint":
-            first.setdefault(t.env_id, f"{t.step:08d}/{t.sample_id}")
+            first.setdefault(t.env_id, trajectory_key(t.step, t.sample_id))
         if t.status != "failed":
             returns[(t.env_id, t.arm)].append(t.episode_return)
     rewards = {r.env_id: r for r in tolerant(store, "designer_rewards", skipped)}

@@ -20,6 +20,7 @@ from engine.protocol.paths import RunPaths
 from engine.tools.replay import open_store, report_skipped
 from engine.tools.transcript import chat_turns, decode_parts, load_tokenizer
 from storage.scan import tolerant, tolerant_get
+from storage.store import trajectory_key
 
 
 def _num(value, spec: str = ".2f") -> str:
@@ -56,7 +57,7 @@ def environment_lines(store, paths: RunPaths, env_id: str, skipped: list) -> lis
     plays = [t for t in tolerant(store, "trajectories", skipped) if t.env_id == env_id]
     if plays:
         lines += ["", "trajectories (show one with --trajectory KEY):"]
-        lines += [f"    {t.step:08d}/{t.sample_id}  {t.role} {t.arm} {t.status} return {t.episode_return:+.2f}" for t in plays]
+        lines += [f"    {trajectory_key(t.step, t.sample_id)}  {t.role} {t.arm} {t.status} return {t.episode_return:+.2f}" for t in plays]
     return lines
 
 
@@ -83,7 +84,7 @@ def find_trajectory(store, key: str, skipped: list):
 def transcript_lines(t, tokenizer) -> list[str]:
     """A trajectory as readable text: each context turn (system, the observation), each sampled reply with the
     action parsed from it, its reward and the policy versions that sampled it."""
-    lines = [f"trajectory {t.step:08d}/{t.sample_id}  {t.role} {t.arm}  env {t.env_id} ({t.skill})  seed {t.seed}  "
+    lines = [f"trajectory {trajectory_key(t.step, t.sample_id)}  {t.role} {t.arm}  env {t.env_id} ({t.skill})  seed {t.seed}  "
              f"status {t.status}  return {t.episode_return:+.2f}"]
     if t.failure:
         lines.append(f"failure: {t.failure}")

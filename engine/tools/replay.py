@@ -18,16 +18,14 @@ the compared updates start from exactly the weights the live run had.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 
-import msgspec
-
 from engine.protocol.errors import InputError, UsageError
 from engine.protocol.messages import TrainBatch
-from engine.protocol.paths import RunPaths
+from engine.protocol.paths import RunPaths, read_checkpoint_version
+from engine.protocol.replay_batches import ReplayBatches, write_batches
 from storage.records import StoredRecordError
 from storage.scan import describe_skipped, tolerant, tolerant_get, trajectories
 from storage.store import Store, StoreMissing
@@ -139,19 +137,18 @@ def parse_steps(text: str | None) -> tuple[int, int | None]:
 
 
 def checkpoints(paths: RunPaths) -> dict[int, Path]:
-    """The run's learner checkpoints by policy version (checkpoint.json beside each one's weights)."""
+    """The run's learner checkpoints by policy version (an incomplete or foreign folder is left out)."""
     found = {}
     for folder in sorted(paths.checkpoints.glob("step-*")) if paths.checkpoints.is_dir() else []:
-        try:
-            found[int(json.loads((folder / "checkpoint.json").read_text())["version"])] = folder
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # an incomplete or foreign folder
+        version = read_checkpoint_version(folder)
+        if version is not None:
+            found[version] = folder
     return found
 
 
 def export_train_batches(paths: RunPaths, steps: str | None, out: Path) -> Path:
-    """Write OUT/batches.msgpack for learner/replay.py: {run_dir, model_path, start_version, checkpoint,
-    first_version, batches: [[version, TrainBatch], ...]} (the batches from the start checkpoint's version on)."""
+    """Write OUT/batches.msgpack for learner/replay.py (engine/protocol/replay_batches.py): the batches from the
+    start checkpoint's version on."""
     from engine.batches import MissingTrajectory, stored_batch_samples
 
     a, b = parse_steps(steps)
@@ -173,17 +170,16 @@ def export_train_batches(paths: RunPaths, steps: str | None, out: Path) -> Path:
                     samples = stored_batch_samples(store, record)
                 except (MissingTrajectory, StoredRecordError) as exc:
                     raise InputError(f"batch {record.version} (step {record.step}) cannot be replayed: {exc}") from None
-                batches.append([record.version, TrainBatch(step=record.step, samples=samples, checkpoint=False)])
+                batches.append((record.version, TrainBatch(step=record.step, samples=samples, checkpoint=False)))
     finally:
         store.close()
     report_skipped(skipped)
     out.mkdir(parents=True, exist_ok=True)
     file = out / "batches.msgpack"
-    payload = {
-        "run_dir": str(paths.root), "model_path": paths.read_model_path(), "start_version": start,
-        "checkpoint": str(saved[start]) if start in saved else "", "first_version": first, "batches": batches,
-    }
-    file.write_bytes(msgspec.msgpack.encode(payload))
+    write_batches(file, ReplayBatches(
+        run_dir=str(paths.root), model_path=paths.read_model_path(), start_version=start,
+        checkpoint=str(saved[start]) if start in saved else "", first_version=first, batches=batches,
+    ))
     return file
 
 

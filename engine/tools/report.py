@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from engine.metrics.curriculum_signals import rejection_reason
 from engine.tools.env_table import EnvRow, environment_rows
+from engine.protocol.metrics_file import read_rows
 from engine.protocol.paths import RunPaths
 from engine.tools.plots import Figure, bar_plot, line_plot
 
@@ -35,17 +35,6 @@ def _e(value) -> str:
 
 def anchor(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
-
-
-def read_metrics(paths: RunPaths) -> list[dict]:
-    rows = []
-    if paths.metrics.exists():
-        for line in paths.metrics.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash
-    return rows
 
 
 def _series(steps: list[dict], keys: dict[str, str]) -> dict[str, tuple[list, list]]:
@@ -194,7 +183,7 @@ def write_report(paths: RunPaths, out: Path | None = None) -> str:
     from storage.scan import describe_skipped, tolerant
     from storage.store import Store
 
-    metrics = read_metrics(paths)
+    metrics = read_rows(paths.metrics)
     steps = [m for m in metrics if "envs_requested" in m]
     rows, rewards, counts, rejected, skipped, details = [], [], Counter(), Counter(), [], ""
     best = worst = []

@@ -130,7 +130,7 @@ def test_sequence_logprobs_equal_token_logprobs_on_the_model(tiny_model_path):
 
 
 def test_micro_batches_refuse_a_sample_longer_than_the_budget(capsys):
-    from learner.trainer import _micro_batches
+    from learner.packing import micro_batches
 
-    assert _micro_batches([0, 1, 2], [10, 50, 20], max_tokens=40) == [[0, 2]]
+    assert micro_batches([0, 1, 2], [10, 50, 20], max_tokens=40) == [[0, 2]]
     assert "a sample of 50 tokens is longer than learner.micro_batch_tokens = 40" in capsys.readouterr().err

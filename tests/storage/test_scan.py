@@ -5,7 +5,7 @@ from __future__ import annotations
 from engine.protocol.messages import Sample, pack_floats, pack_ints, pack_mask
 from storage.records import StoredRecordError, TrajectoryRecord
 from storage.scan import describe_skipped, tolerant, tolerant_get, trajectories
-from storage.store import Store
+from storage.store import Store, trajectory_key, trajectory_prefix
 
 
 def _trajectory(sample_id: str, step: int) -> TrajectoryRecord:
@@ -31,3 +31,15 @@ def test_bad_records_are_skipped_and_named(tmp_path):
     assert tolerant_get(store, "trajectories", "00000009/none", later) is None and len(later) == 1
     store.close()
     assert describe_skipped(skipped * 7, limit=5)[-1] == "warning: skipped 2 more bad records"
+
+
+def test_a_step_scan_takes_that_step_only(tmp_path):
+    assert trajectory_key(3, "a") == trajectory_prefix(3) + "a" == "00000003/a"
+    store = Store.open(tmp_path / "store")
+    with store.batch() as batch:
+        for i, step in enumerate((1, 10, 1)):
+            batch.put_trajectory(_trajectory(f"t{i}", step))
+    assert [t.sample_id for t in trajectories(store, [], step=1)] == ["t0", "t2"]
+    assert [t.sample_id for t in store.trajectories(10)] == ["t1"]
+    assert store.trajectory(trajectory_key(10, "t1")).step == 10
+    store.close()
