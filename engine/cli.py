@@ -189,9 +189,9 @@ def cmd_up(args) -> int:
 
 def _seeds(config):
     from engine.curriculum import load_seeds
-    from engine.protocol.paths import SEEDS_DIR, TOOL_USE_SEEDS_DIR
+    from engine.protocol.paths import SEEDS_BY_SETTING, SEEDS_DIR
 
-    default = TOOL_USE_SEEDS_DIR if config.curriculum.setting == "tool_use" else SEEDS_DIR
+    default = SEEDS_BY_SETTING.get(config.curriculum.setting, SEEDS_DIR)
     return load_seeds(Path(config.curriculum.seeds) if config.curriculum.seeds else default)
 
 

@@ -33,7 +33,7 @@ from engine.protocol.messages import (
     encode_reasoning_gym_task,
     unpack_ints,
 )
-from engine.protocol.metrics_file import read_rows
+from engine.protocol.metrics_file import append_row, read_rows
 from engine.protocol.paths import RG_HARD_FILE, RunPaths
 from engine.protocol.stats import wilson
 
@@ -88,13 +88,6 @@ def eval_row(config: Config, version: int, results: list, groups: dict[str, str]
         "eval_policy_version": version,
         "time": time.time(),
     }
-
-
-def append_row(path: Path, row: dict) -> None:
-    with open(path, "a+b") as f:
-        if f.tell() and (f.seek(-1, 2), f.read(1))[1] != b"\n":
-            f.write(b"\n")
-        f.write((json.dumps(row) + "\n").encode())
 
 
 def evaluated_versions(path: Path) -> set[int]:

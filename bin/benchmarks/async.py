@@ -40,6 +40,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from engine.protocol.metrics_file import read_rows  # noqa: E402 (after the path line above)
+
 READINGS = ("episode", "batch", "capacity")  # the learner step's two readings, and a finite generator
 ENV = (REPO / "tests" / "e2e" / "data" / "pick_env.py").read_text()  # pick 1 or 2: one answer ends it
 
@@ -109,7 +111,7 @@ def run(mode: str, eta: int, args, root: Path, model: Path, seeds: Path, learner
     if result.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     started = json.loads((run_dir / "run.json").read_text())["curriculum_started"]
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    lines = read_rows(run_dir / "metrics.jsonl")
     samples = sum(m.get("agent_samples", 0) for m in lines)  # dropped (too stale) samples are not counted
     dropped = sum(m.get("dropped_stale", 0) for m in lines)
     seconds = max(m["time"] for m in lines) - started

@@ -21,7 +21,7 @@ from pathlib import Path
 import msgspec
 
 from engine.protocol.messages import PlayResult, TaskFailed
-from engine.protocol.metrics_file import read_rows
+from engine.protocol.metrics_file import append_row, read_rows
 from engine.rewards import learnable, mean, returns_by_group, win_rate
 
 
@@ -141,9 +141,6 @@ class MetricsLog:
             tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
             tmp.replace(self.path)
         else:
-            with open(self.path, "a+b") as f:
-                if f.tell() and (f.seek(-1, 2), f.read(1))[1] != b"\n":
-                    f.write(b"\n")  # end the line a crash cut, so this row starts on a line of its own
-                f.write((json.dumps(row) + "\n").encode())
+            append_row(self.path, row)
             self._versions.add(policy_version)
         return row

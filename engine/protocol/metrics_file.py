@@ -1,7 +1,8 @@
-"""Reading `metrics.jsonl` back: the one tolerant reader the engine's metrics log, the in-loop evaluation, the
-report and the learner's replay share.
+"""`metrics.jsonl` on disk: the one tolerant reader the engine's metrics log, the in-loop evaluation, the report,
+the summary and the learner's replay share, and the one appender.
 
     rows = read_rows(paths.metrics)     # every row that decodes to a JSON object, in file order; [] without a file
+    append_row(paths.metrics, row)      # one row at the end, on a line of its own even after a cut last line
 
 It lives in the protocol layer because the learner (learner/replay.py) reads the run's live losses from it and may
 import nothing else of the engine. The file is appended to while the run goes on and a crash can cut its last line,
@@ -28,3 +29,11 @@ def read_rows(path: Path) -> list[dict]:
         if isinstance(row, dict):
             rows.append(row)
     return rows
+
+
+def append_row(path: Path, row: dict) -> None:
+    """Append `row` as one line; a last line a crash cut is ended first, so the new row starts on a line of its own."""
+    with open(path, "a+b") as f:
+        if f.tell() and (f.seek(-1, 2), f.read(1))[1] != b"\n":
+            f.write(b"\n")
+        f.write((json.dumps(row) + "\n").encode())

@@ -34,6 +34,7 @@ SEEDS_DIR = DATA / "seeds"
 TOOL_USE_SEEDS_DIR = SEEDS_DIR / "tool_use"
 RG_HARD_FILE = DATA / "reasoning_gym_hard.json"
 DEFAULT_CORPUS = DATA / "corpus.jsonl"
+SEEDS_BY_SETTING = {"games": SEEDS_DIR, "tool_use": TOOL_USE_SEEDS_DIR}  # `curriculum.setting` -> its seed folder
 
 
 class RunInUse(InputError):

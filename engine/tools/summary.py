@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
+from engine.protocol.metrics_file import read_rows
 from engine.protocol.paths import RunPaths
 
 
@@ -31,7 +31,7 @@ def collect_summary(paths: RunPaths) -> dict:
         store.close()
     summary["skipped"] = describe_skipped(skipped)
     if paths.metrics.exists():
-        lines = [json.loads(x) for x in paths.metrics.read_text().splitlines() if x.strip()]
+        lines = read_rows(paths.metrics)
         summary["updates"] = sum(1 for x in lines if "eval" not in x)  # eval rows (engine/evaluation.py) are no updates
     latest = paths.checkpoints / "latest"
     if latest.exists():
