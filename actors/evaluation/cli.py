@@ -29,7 +29,7 @@ from actors.evaluation.table import build_table, markdown
 from engine.protocol.errors import InputError, describe_failure, leaf_exceptions
 from engine.protocol.paths import read_checkpoint_version
 
-BACKENDS = ("transformers", "vllm", "scripted", "oracle")
+BACKENDS = ("auto", "transformers", "vllm", "scripted", "oracle")
 
 
 class EvalInputError(InputError):
@@ -74,14 +74,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--file", "--dir", dest="file", help="math/science/code: a JSONL file (default: the shipped example); envs: a folder of environments")
     p.add_argument("--checkpoint", help="the checkpoint of every RUN_DIR given without @NAME (default latest; `initial`: the base model)")
     p.add_argument("--out", help="results folder (default evals/SUITE); results.jsonl there makes a rerun resume")
-    p.add_argument("--backend", choices=BACKENDS, default="transformers", help="oracle: answers with the reference (tests)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto", help="auto (as `up`): vllm where it imports, else "
+                   "transformers; oracle: answers with the reference (tests)")
     p.add_argument("--script", help="--backend scripted: a JSON file {designer, hint, agent} of completions")
     p.add_argument("--episodes", type=int, help="episodes per dataset (rg-hard, envs) or samples per question")
     p.add_argument("--datasets", help="rg-hard: only these datasets, comma-separated")
     p.add_argument("--turns", type=int, help="turns per episode")
     p.add_argument("--max-tokens", type=int, help="new tokens per turn")
     p.add_argument("--temperature", type=float)
-    p.add_argument("--concurrency", type=int, default=8, help="episodes played at once (batched into one generate call)")
+    p.add_argument("--concurrency", type=int, help="episodes in flight at once (default: inference.concurrency, 32): every "
+                   "episode of every dataset is started, up to this many at a time")
     p.add_argument("--ci", choices=["wilson", "bootstrap"], default="wilson")
     p.add_argument("--per-dataset", action="store_true", help="one row per dataset too")
     p.add_argument("--hinted", action="store_true", help="envs: also play each environment with the hint its manifest.json "
@@ -102,6 +104,19 @@ def _config(args):
             raise EvalInputError("--backend scripted needs --script FILE.json")
         overrides.append(f"inference.script={json.dumps(str(Path(args.script).resolve()))}")
     return load_config("default", None, overrides)
+
+
+def _concurrency(args, config) -> int:
+    return max(1, args.concurrency if args.concurrency is not None else config.inference.concurrency)
+
+
+def _backend_name(args, config) -> str:
+    """The backend that plays, with `auto` resolved as `up` resolves it (results are keyed by it)."""
+    if args.backend != "auto":
+        return args.backend
+    from actors.inference.base import backend_kind
+
+    return backend_kind(config)
 
 
 def _play_config(config, suite):
@@ -155,7 +170,7 @@ async def _evaluate(models, suite, results, args, config, progress, state: dict)
             nursery.start_soon(_interrupts, nursery.cancel_scope, state, progress)
             for model in models:
                 await evaluate_model(model, suite, results, make_backend=_make_backend(args, config), config=config,
-                                     play_config=_play_config(config, suite), concurrency=max(1, args.concurrency),
+                                     play_config=_play_config(config, suite), concurrency=_concurrency(args, config),
                                      progress=progress, rg=rg)
             nursery.cancel_scope.cancel()
     finally:
@@ -170,6 +185,7 @@ def run(args, default_model=None) -> int:
                        temperature=args.temperature, datasets=[d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None,
                        hinted=getattr(args, "hinted", False))
     config = _config(args)
+    args.backend = _backend_name(args, config)
     models = []
     for text in args.models:
         label, path = resolve_model(text, args.checkpoint, default_model)

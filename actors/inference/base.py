@@ -53,11 +53,17 @@ class InferenceBackend(abc.ABC):
     def load_weights(self, path: str, version: int) -> None: ...
 
 
-def build_backend(config, model_path: str) -> InferenceBackend:
-    """The backend named by `config.inference.backend` (imports torch / vLLM lazily)."""
+def backend_kind(config) -> str:
+    """The backend `config.inference.backend` names, with "auto" resolved: vLLM where it imports and LoRA is off."""
     kind = config.inference.backend
     if kind == "auto":
         kind = "vllm" if config.learner.lora_rank == 0 and _vllm_imports() else "transformers"
+    return kind
+
+
+def build_backend(config, model_path: str) -> InferenceBackend:
+    """The backend named by `config.inference.backend` (imports torch / vLLM lazily)."""
+    kind = backend_kind(config)
     if kind == "transformers":
         from actors.inference.hf import TransformersBackend
 
