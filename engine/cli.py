@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "after it, the ones started finish, then the report; without --steps the run has no step limit")
     up.add_argument(
         "--preset", default="default",
-        help="default (sized for 2 CPU cores), paper (the paper's schedule and the reference's choices), or an "
+        help="default (sized for 2 CPU cores), paper (the paper's schedule and the reference's choices, synchronous), "
+        "paper-async (paper with the staleness bound 4), or an "
         "ablation overlay: no-corpus, no-memory, frozen-designer, solve-rate, learning-progress, two-skills, "
         "fixed-envs (with --set curriculum.fixed_envs=DIR); the baseline rlve (fixed environments, RLVE "
         "difficulty); tool-use (the tool-use setting's schedule); join with commas, e.g. paper,no-memory",

@@ -2,7 +2,8 @@
 merged left to right over the defaults by engine/protocol/config_loading.py (`resolve_preset`).
 
     default      the schema's defaults (engine/protocol/config.py), sized for 2 CPU cores
-    paper        the paper's schedule and the reference code's choices, every value spelled out
+    paper        the paper's schedule and the reference code's choices, every value spelled out (synchronous)
+    paper-async  paper with this engine's asynchrony: run.max_staleness = 4
     ABLATIONS    the paper's ablations, each an overlay that changes only what it removes
     rlve         the fixed-environment RLVE baseline: Reasoning-Gym tasks, sliding-window difficulty
     tool-use     the tool-use setting at the reference's 8B/30B schedule
@@ -30,15 +31,23 @@ RLVE_PRESET = {
 }
 
 
-# The paper's schedule and the reference code's choices (spade-reference.md sections 2-7, 9), every value spelled out
-# so that a change of a default does not change the paper preset.
+# The paper's schedule and the reference code's choices (spade-reference.md sections 1-9), every value the
+# reference fixes spelled out, so that a change of a default does not change the paper preset; the table of those
+# values, with their sources, is engine/protocol/reference.py (REFERENCE), and the tests hold the two equal but for
+# the departures README lists. Synchronous, as the reference (it trains colocated): `paper-async` adds the bound.
 PAPER = {
-    "run": {"steps": 400, "max_staleness": 4},
+    "run": {"steps": 400, "max_staleness": 0},
     "curriculum": {
+        "skills": ["Mathematical Reasoning", "Logical Deduction", "Spatial Reasoning", "Pattern Recognition",
+                   "Optimization", "Causal Inference"],
         "skills_per_refresh": 3, "envs_per_step": 24, "refresh_interval": 4, "design_attempts": 5,
         "max_passage_words": 6000, "memory_capacity": 200, "memory_positives": 2, "memory_negatives": 1,
         "example_code_chars": 2000, "reuse_valid_envs": False, "retire_hanging_envs": True,
+        "design": True, "use_corpus": True, "setting": "games",
         "edit_share": 0.0,  # every design written from scratch (edit tasks are beyond the reference)
+        # The reference validates once. Kept on: a worker's verdict is a peer's claim (engine/revalidate.py), and
+        # an honest worker's second validation agrees, so it changes what is learnt only for a flaky design.
+        "revalidate": True,
     },
     "play": {
         "plays_per_env": 8, "hint_plays_per_env": 16, "hint_plays": "refresh", "train_hint_plays": False,
@@ -46,21 +55,29 @@ PAPER = {
         "designer_max_tokens": 16384, "designer_temperature": 0.6, "hint_max_tokens": 4096, "hint_temperature": 0.3,
         "hint_attempts": 3, "hint_retry_backoff_s": 1.0, "partial_rewards": True, "quality_checks": False,
         "top_p": 0.95, "top_k": 20, "max_context_tokens": 32768, "agent_prompt": "reason", "agent_prefill": "",
+        "designer_prefill": "", "tool_timeout_s": 30.0,
     },
     "reward": {
         "designer_reward": "blend", "regret_floor": 0.15, "regret_weight": 0.4, "plateau_weight": 0.6,
         "plateau_low": 0.4, "plateau_high": 0.6, "plateau_ramp": 0.25, "win_rate": "mean_return",
-        "hang_penalty": -0.5, "hang_penalty_every_variant": False, "designer_scale": 0.0,
+        "progress_gamma": 0.85, "hang_penalty": -0.5, "hang_penalty_every_variant": False, "designer_scale": 0.0,
         "designer_advantage": "centred", "train_designer": True,
     },
     "learner": {
         "learning_rate": 1e-6, "weight_decay": 0.1, "betas": [0.9, 0.98], "lr_schedule": "constant",
-        "loss_aggregation": "sample_mean", "designer_weight": 1.0, "agent_weight": 1.0,
+        "warmup_steps": 0, "loss_aggregation": "sample_mean", "designer_weight": 1.0, "agent_weight": 1.0,
         "micro_batch_tokens": 32768,  # a whole 32k-token episode fits one micro-batch (longer samples are refused)
-        "objective": {"name": "tis", "clip_low": 0.2, "clip_high": 0.28, "tis_cap": 2.0, "kl_coef": 0.0},
+        "objective": {"name": "tis", "clip_low": 0.2, "clip_high": 0.28, "tis_cap": 2.0, "seq_filter": False,
+                      "kl_coef": 0.0},
     },
-    "inference": {"max_batch": 256, "concurrency": 256}, "sandbox": {"workers": 256, "step_timeout_s": 30.0},
+    "inference": {"max_batch": 256, "concurrency": 256},
+    "sandbox": {"workers": 256, "step_timeout_s": 30.0, "episode_timeout_s": 300.0},
 }
+
+# `--preset paper-async`: the paper preset with this engine's asynchrony, not the reference's: plays start while the
+# learner is up to 4 versions behind (AReaL's and SkyRL's bound, async-rl.md), so a designer sample trains up to
+# k + 4 = 8 versions after it was sampled (the reference's: k).
+PAPER_ASYNC = {**PAPER, "run": {**PAPER["run"], "max_staleness": 4}}
 
 # The paper's ablations (spade-reference.md section 11), each an overlay that changes only what it removes.
 ABLATIONS = {
@@ -97,6 +114,7 @@ TOOL_USE_PRESET = {
 PRESETS: dict[str, dict] = {
     "default": {},
     "paper": PAPER,
+    "paper-async": PAPER_ASYNC,  # the paper preset with the staleness bound 4 (this engine's asynchrony)
     **ABLATIONS,
     "rlve": RLVE_PRESET,  # the fixed-environment RLVE baseline: Reasoning-Gym tasks, sliding-window difficulty
     "tool-use": TOOL_USE_PRESET,  # the tool-use setting at the reference's 8B/30B schedule

@@ -1,19 +1,21 @@
 """End to end: `up --preset paper`, shrunk by `--set` to a minute on 2 cores, behaves as the reference does.
 
 The store is read back: hinted plays happen only at refresh steps (for the environments made there), no
-hinted play is in any training batch, designer samples are, and the learner ran the reference's objective.
+hinted play is in any training batch, designer samples are, the learner ran the reference's objective, and the
+run was synchronous: every agent sample trains on the policy that sampled it, every designer sample k versions on.
 """
 
 from __future__ import annotations
 
 import tomllib
 
+from engine.protocol.messages import unpack_ints
 from storage.store import Store
 from tests.e2e.scripted_run import metrics_rows, up, write_script
 
 K = 2
 SHRINK = (
-    "run.max_staleness=1", f"curriculum.refresh_interval={K}", "curriculum.envs_per_step=2", "curriculum.skills_per_refresh=2",
+    f"curriculum.refresh_interval={K}", "curriculum.envs_per_step=2", "curriculum.skills_per_refresh=2",
     "play.plays_per_env=2", "play.hint_plays_per_env=3", "play.agent_max_tokens=64", "play.designer_max_tokens=1024",
     "play.hint_max_tokens=64", "play.max_context_tokens=4096", "inference.max_batch=8", "inference.concurrency=8",
     "curriculum.max_passage_words=200",
@@ -22,7 +24,8 @@ SHRINK = (
 
 def test_paper_preset_hints_only_at_refresh_steps_and_never_trains_them(tiny_model_path, tmp_path):
     run_dir = tmp_path / "run"
-    up(tiny_model_path, run_dir, write_script(tmp_path), steps=4, preset="paper", sets=SHRINK)
+    up(tiny_model_path, run_dir, write_script(tmp_path), steps=4, preset="paper", sets=SHRINK,
+       timeout=600)  # synchronous, as the reference: slower than a bounded run on a busy machine
     config = tomllib.loads((run_dir / "config.toml").read_text())
     assert config["learner"]["objective"]["name"] == "tis" and config["learner"]["loss_aggregation"] == "sample_mean"
     assert config["play"]["hint_plays"] == "refresh" and not config["play"]["train_hint_plays"]
@@ -45,6 +48,12 @@ def test_paper_preset_hints_only_at_refresh_steps_and_never_trains_them(tiny_mod
     assert {t.role for t in trained} == {"agent", "designer"}
     unhinted = [t for t in agent if t.arm == "no_hint" and t.status != "failed"]
     assert len([t for t in trained if t.role == "agent"]) == len(unhinted)
+    assert config["run"]["max_staleness"] == 0  # synchronous, as the reference (paper-async is the bounded one)
+    for batch in batches:
+        for entry in batch.entries:
+            sample = trajectories[tuple(_split(entry.trajectory_key))]
+            age = batch.version - min(int(v) for v in unpack_ints(sample.sample.versions) if v >= 0)
+            assert age == (0 if sample.role == "agent" else K), (entry.trajectory_key, batch.version, age)
 
     rows = metrics_rows(run_dir)
     step_rows = [r for r in rows if "envs_requested" in r]

@@ -2,6 +2,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from engine.protocol.config import Config, LearnerConfig, ObjectiveConfig
@@ -28,31 +29,62 @@ def test_paper_preset_has_the_paper_schedule():
     assert (config.curriculum.refresh_interval, config.play.max_turns) == (4, 25)
 
 
+def _resolved(config: Config, field: str):
+    value = config
+    for part in field.split("."):
+        value = getattr(value, part)
+    return value
+
+
+# Where `paper` departs from REFERENCE on purpose; README's table "Where `paper` departs from the reference" says why
+# (tests/test_readme.py holds the two together).
+PAPER_DEPARTURES = {"curriculum.revalidate": True}
+
+
 def test_paper_preset_resolves_to_the_reference_values():
-    """spade-reference.md sections 2-7 and 9 (the games launchers), field by field."""
-    c = load_config("paper")
-    cur, play, reward, learner, objective = c.curriculum, c.play, c.reward, c.learner, c.learner.objective
-    assert c.run.steps == 400
-    assert (cur.envs_per_step, cur.refresh_interval, cur.skills_per_refresh, len(cur.skills)) == (24, 4, 3, 6)
-    assert (cur.design_attempts, cur.max_passage_words, cur.reuse_valid_envs, cur.use_corpus) == (5, 6000, False, True)
-    assert (cur.memory_positives, cur.memory_negatives, cur.example_code_chars, cur.memory_capacity) == (2, 1, 2000, 200)
-    assert cur.retire_hanging_envs
-    assert cur.edit_share == 0.0  # edit tasks (issue 11) are beyond the reference: none in the paper preset
-    assert c.run.max_staleness == 4 and c.run.minutes == 0.0
-    assert (play.plays_per_env, play.hint_plays_per_env, play.hint_plays, play.train_hint_plays) == (8, 16, "refresh", False)
-    assert (play.max_turns, play.agent_max_tokens, play.max_context_tokens, play.end_on_cutoff) == (25, 8192, 32768, True)
-    assert (play.designer_max_tokens, play.hint_max_tokens, play.hint_attempts, play.hint_retry_backoff_s) == (16384, 4096, 3, 1.0)
-    assert (play.agent_temperature, play.designer_temperature, play.hint_temperature, play.top_p, play.top_k) == (0.6, 0.6, 0.3, 0.95, 20)
-    assert play.partial_rewards and not play.quality_checks
-    assert (play.agent_prompt, play.agent_prefill) == ("reason", "")  # the reference's player prompt, no prefill
-    assert (reward.designer_reward, reward.regret_floor, reward.regret_weight, reward.plateau_weight) == ("blend", 0.15, 0.4, 0.6)
-    assert (reward.plateau_low, reward.plateau_high, reward.plateau_ramp, reward.win_rate) == (0.4, 0.6, 0.25, "mean_return")
-    assert (reward.designer_scale, reward.designer_advantage, reward.train_designer) == (0.0, "centred", True)
-    assert (reward.hang_penalty, reward.hang_penalty_every_variant) == (-0.5, False)
-    assert (learner.learning_rate, learner.weight_decay, learner.betas, learner.lr_schedule) == (1e-6, 0.1, [0.9, 0.98], "constant")
-    assert (learner.loss_aggregation, learner.designer_weight, learner.agent_weight) == ("sample_mean", 1.0, 1.0)
-    assert (objective.name, objective.clip_low, objective.clip_high, objective.tis_cap, objective.kl_coef) == ("tis", 0.2, 0.28, 2.0, 0.0)
-    assert c.sandbox.step_timeout_s == 30.0
+    """engine/protocol/reference.py (spade-reference.md sections 1-9, the games launchers), field by field: prefill,
+    timeouts and staleness included."""
+    from engine.protocol.reference import REFERENCE
+
+    config = load_config("paper")
+    wrong = {}
+    for field, (value, source) in REFERENCE.items():
+        expected = PAPER_DEPARTURES.get(field, value)
+        got = _resolved(config, field)
+        if got != expected or type(got) is bool and type(expected) is not bool:
+            wrong[field] = (got, expected, source)
+    assert not wrong, f"--preset paper resolves to (got, REFERENCE value, source): {wrong}"
+    assert (config.run.max_staleness, config.play.designer_prefill, config.sandbox.episode_timeout_s) == (0, "", 300.0)
+    assert config.curriculum.revalidate and config.run.minutes == 0.0
+
+
+def test_the_reference_table_names_real_fields_with_their_sources():
+    from engine.protocol.reference import REFERENCE
+
+    for field, (value, source) in REFERENCE.items():
+        _resolved(Config(), field)  # an AttributeError names a field the config does not have
+        assert source.startswith("§"), f"REFERENCE[{field!r}] needs its spade-reference.md section: {source!r}"
+    assert set(PAPER_DEPARTURES) <= set(REFERENCE)
+
+
+def test_every_reference_value_is_spelled_out_in_the_paper_preset():
+    """A change of a default must not change the paper preset: every REFERENCE field is in PAPER itself."""
+    from engine.protocol.presets import PAPER
+    from engine.protocol.reference import REFERENCE
+
+    def flat(data: dict, prefix: str = "") -> set[str]:
+        return {name for key, value in data.items()
+                for name in (flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key})}
+
+    missing = sorted(set(REFERENCE) - flat(PAPER))
+    assert not missing, f"REFERENCE fields the paper preset leaves to the defaults: {missing}"
+
+
+def test_paper_async_is_paper_with_the_staleness_bound():
+    paper, asynchronous = msgspec.to_builtins(load_config("paper")), msgspec.to_builtins(load_config("paper-async"))
+    assert asynchronous["run"].pop("max_staleness") == 4 and paper["run"].pop("max_staleness") == 0
+    assert asynchronous == paper
+    assert load_config("paper-async,no-memory").curriculum.memory_positives == 0  # it combines like any preset
 
 
 def test_presets_combine_left_to_right_and_every_ablation_is_an_overlay():
