@@ -129,8 +129,9 @@ def close_window(store: Store, reward: RewardConfig, k: int, end_step: int, agen
     envs = [e for e in store.environments() if e.source == "designed" and e.valid and e.step_created == env_step]
     # A design rewarded by a cut window (reward_step before env_step + k) is in the final flush, or queued for it
     # (DesignerQueue.restore): an extended run (`--resume --steps N`) must not reward and train it again.
-    early = {r.env_id for r in store.designer_rewards() if r.env_step == env_step and r.reward_step < env_step + k} if envs else set()
-    envs = [e for e in envs if e.env_id not in early]
+    if envs:
+        early = {r.env_id for r in store.designer_rewards() if r.env_step == env_step and r.reward_step < env_step + k}
+        envs = [e for e in envs if e.env_id not in early]
     if not envs:
         return []
     plays: dict[int, list] = defaultdict(list)

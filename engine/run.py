@@ -124,7 +124,7 @@ class Engine:
             self.cut_designs += designs
             played = last % self.k + 1
             self.view.line(f"the run ended {played} of {self.k} steps into the window of the refresh at step {last - played + 2}: "
-                           f"its {designs} designs are rewarded over those steps, and flushed")
+                           f"its {designs} designs are rewarded over those steps" + (", and flushed" if self.config.reward.train_designer else ""))
 
     async def send_batch(self, step: int, samples: list[Sample], checkpoint: bool, active: list[ActiveEnv] | None = None,
                          sample_norm: int = 0) -> None:

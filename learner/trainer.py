@@ -21,7 +21,8 @@ i mod M), one optimizer step each; mini-batch 0 runs before any step, so its pro
 log-probs, and those of the later mini-batches are recomputed without gradient before the first step.
 
 The logged `staleness` (token mean of trained tokens' version lag) comes with `staleness_agent`,
-`staleness_designer` and their `_max`: a designer sample is k versions late by design. AdamW decays every trained parameter of 2 or more dimensions, not biases or 1-D ones (`param_groups`, as Megatron).
+`staleness_designer` and their `_max`: a designer sample is k versions late by design. AdamW decays every trained
+parameter of 2 or more dimensions, not biases or 1-D ones (`param_groups`, as Megatron).
 
 On N processes every rank holds the whole batch (rank 0 broadcasts it, learner/train.py), computes the same plan
 (learner/packing.py), and runs its share of each mini-batch in micro-batches of at most
@@ -160,7 +161,8 @@ class Trainer:
         of the batch's own: the engine's final designer-only flush gives each sample its weight in a normal step."""
         started = time.perf_counter()
         if 0 < sample_norm < len(samples):
-            raise ValueError(f"sample_norm is {sample_norm}, fewer than the batch's {len(samples)} samples: send 0 (the batch's count) or at least {len(samples)}")
+            raise ValueError(f"sample_norm is {sample_norm}, fewer than the batch's {len(samples)} samples: "
+                             f"send 0 (the batch's count) or at least {len(samples)}")
         objective = self.config.objective
         rows = [unpack(s) for s in samples]
         with_kl = self.reference is not None  # a zero-advantage sample's KL term still has a gradient
@@ -327,7 +329,8 @@ class Trainer:
         by_role = {}
         for role in ROLES:
             lags = np.concatenate(lags_by_role[role] or [np.zeros(0)])
-            by_role |= {f"staleness_{role}": float(lags.mean()) if lags.size else 0.0, f"staleness_{role}_max": float(lags.max()) if lags.size else 0.0}
+            by_role[f"staleness_{role}"] = float(lags.mean()) if lags.size else 0.0
+            by_role[f"staleness_{role}_max"] = float(lags.max()) if lags.size else 0.0
         return {
             # losses: the mean over this update's optimizer steps of each step's objective
             "loss": sums["loss"] / max(steps, 1),
@@ -390,4 +393,14 @@ class Trainer:
 
     def load_checkpoint(self, folder: Path) -> int:
         """Restore a checkpoint written by `save_checkpoint`; returns its step."""
-        return checkpoint.load_checkpoint(self, Path(folder))
+        step = checkpoint.load_checkpoint(self, Path(folder))
+        # A checkpoint from before `param_groups` holds one group, whose settings torch copies onto the last group
+        # only: each group's decay is the config's again, and every group follows the one schedule.
+        for group, wanted in zip(self.optimizer.param_groups, param_groups(self.model, self.config.weight_decay)):
+            group["weight_decay"] = wanted["weight_decay"]
+        groups = len(self.optimizer.param_groups)
+        if len(self.scheduler.base_lrs) != groups:
+            self.scheduler.base_lrs = self.scheduler.base_lrs[:1] * groups
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.optimizer.param_groups[0]["lr"]
+        return step

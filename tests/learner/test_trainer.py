@@ -215,6 +215,25 @@ def test_adamw_decays_matrices_and_embeddings_but_not_norms_or_biases(tiny_model
     assert param_groups(frozen, 0.1) == []  # nothing trained, no empty group
 
 
+def test_a_checkpoint_with_one_parameter_group_resumes_with_the_decay_groups(tiny_model_path, tmp_path, monkeypatch):
+    """A checkpoint written before the groups (one group, decay on everything) loads with norms undecayed."""
+    import learner.trainer as trainer_module
+
+    config = LearnerConfig(learning_rate=1e-3, weight_decay=0.1, lr_schedule="linear", total_steps=10)
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer_module, "param_groups", lambda model, decay: [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": decay}])
+        old = Trainer(tiny_model_path, config)
+        assert len(old.optimizer.param_groups) == 1
+        old.update([make_sample("agent", [5, 6, 7, 8], 1.0, "a")])
+        old.save_checkpoint(tmp_path / "ckpt", step=0)
+    new = Trainer(tiny_model_path, config)
+    new.load_checkpoint(tmp_path / "ckpt")
+    assert [g["weight_decay"] for g in new.optimizer.param_groups] == [0.1, 0.0]
+    assert len(new.scheduler.base_lrs) == 2 and new.optimizer.param_groups[1]["lr"] == new.optimizer.param_groups[0]["lr"]
+    new.update([make_sample("agent", [5, 6, 7, 8], 1.0, "a")])
+    assert new.optimizer.param_groups[0]["lr"] == new.optimizer.param_groups[1]["lr"] == pytest.approx(0.8e-3)
+
+
 def _lagging(role, versions, advantage, sample_id):
     sample = make_sample(role, [5, 6] + [7 + i for i in range(len(versions))], advantage, sample_id)
     import msgspec
