@@ -3,7 +3,8 @@
 Batch i of a run is trained by policy version i and makes version i + 1 (`BatchRecord.version` is that i). A
 step's agent samples (its unhinted plays; the hinted ones too with `play.train_hint_plays`) carry their advantage
 (z-score within each (environment, arm) group); samples staler than
-`run.max_staleness` versions when their batch trains are dropped and counted (`drop_stale`); the designer
+`run.max_staleness` versions when their batch trains, or with a trained token that carries no version, are dropped
+and counted (`drop_stale`); the designer
 samples whose reward fell due at the step join them (engine/designer_reward.py).
 
     batch = step_batch(plays, due, train_hint=..., trained_at=..., bound=...)   # one step's StepBatch
@@ -15,7 +16,7 @@ from __future__ import annotations
 import msgspec
 
 from engine.protocol.errors import InputError
-from engine.protocol.messages import PlayResult, Sample, unpack_ints
+from engine.protocol.messages import PlayResult, Sample, unpack_ints, unpack_mask
 from engine.rewards import group_advantages, returns_by_group
 from storage.records import BatchEntry, BatchRecord
 from storage.store import Store, trajectory_key
@@ -48,13 +49,17 @@ def agent_samples(plays: list[PlayResult], *, train_hint: bool = True) -> tuple[
 
 
 def drop_stale(samples: list[Sample], trained_at: int, bound: int) -> tuple[list[Sample], int]:
-    """Agent samples with a token sampled more than `bound` versions before `trained_at` (the policy version that
-    trains their batch) are dropped and counted, never trained on. Designer samples are late by design (k steps)
-    and exempt; the objective's correction handles them."""
+    """Samples that must not train, dropped and counted: an agent sample with a loss-mask token sampled more than
+    `bound` versions before `trained_at` (the policy version that trains its batch), and a sample of either role
+    with a loss-mask token that carries no real version (< 0: the worker's result check refuses those,
+    engine/peers/result_checks.py; this is the second line, since such a token's age is unknown). Designer samples
+    are otherwise exempt: they are late by design (k steps), and the objective's correction handles them. A sample
+    with no loss-mask token has nothing to be stale by."""
     kept = []
     for sample in samples:
-        versions = unpack_ints(sample.versions)
-        sampled = versions[versions >= 0]
+        sampled = unpack_ints(sample.versions)[unpack_mask(sample.loss_mask) == 1]
+        if sampled.size and int(sampled.min()) < 0:
+            continue
         if sample.role == "agent" and sampled.size and trained_at - int(sampled.min()) > bound:
             continue
         kept.append(sample)

@@ -1,7 +1,8 @@
 """The designer's delayed reward: each design made at a refresh step is rewarded from the agent plays of its k-step
 window, and its designer sample waits in a queue until that reward falls due.
 
-    designer_step(store, config, queue, step, agent_samples, active, plays)   # the loop's one call, after each step
+    designer_step(store, config, queue, step, agent_samples, active, plays)   # the loop's call, after each step
+    close_cut_window(store, config, queue, last_step, agent_samples)          # and after the last one
     due = queue.pop(step)               # the designer samples that join step's training batch
     queue.restore(store, state, train)  # after a crash: the samples due at the next step
 
@@ -17,7 +18,12 @@ window, and its designer sample waits in a queue until that reward falls due.
   `end_step + 1`).
 - `update_memory(store, curriculum, step, active, plays)`: after a refresh step, record each environment made
   at that refresh with the win rate and regret of its plays, then evict past the memory's capacity.
-The reference flushes the samples whose reward falls due after the last step in one more batch (`pop(steps)`).
+- `close_cut_window(store, config, queue, last_step, agent_samples)`: at the run's end, when it stopped inside the
+  last refresh's window, reward those designs over the steps played (a record with reward_step = last_step + 1,
+  before env_step + k) and queue them for the final flush.
+The reference flushes the samples whose reward falls due after the last step in one more batch (`pop(steps)`); it
+computes a designer reward when the sample trains, from the plays buffered by then, so a window the last rollout
+cut short is rewarded over what was played, as `close_cut_window` does.
 """
 
 from __future__ import annotations
@@ -112,12 +118,20 @@ class DesignerReward(msgspec.Struct, frozen=True):
     sample: Sample | None  # the designer's sample with its reward and advantage; None when it is not trained
 
 
-def close_window(store: Store, reward: RewardConfig, k: int, end_step: int, agent_samples_per_step: int) -> list[DesignerReward]:
-    """Designer rewards for the environments made at end_step + 1 - k (none unless that was a refresh step)."""
-    env_step = end_step + 1 - k
-    if env_step < 0 or env_step % k:
+def close_window(store: Store, reward: RewardConfig, k: int, end_step: int, agent_samples_per_step: int, *,
+                 cut: bool = False) -> list[DesignerReward]:
+    """Designer rewards for the environments made at end_step + 1 - k (none unless that was a refresh step), due at
+    end_step + 1. With `cut` (the run's last step): those made at the last refresh at or before end_step, over the
+    steps of their window played by then (none when that window is whole: it closed at end_step already)."""
+    env_step = end_step - end_step % k if cut else end_step + 1 - k
+    if env_step < 0 or env_step % k or (cut and env_step + k - 1 == end_step):
         return []
     envs = [e for e in store.environments() if e.source == "designed" and e.valid and e.step_created == env_step]
+    # A design rewarded by a cut window (reward_step before env_step + k) is in the final flush, or queued for it
+    # (DesignerQueue.restore): an extended run (`--resume --steps N`) must not reward and train it again.
+    if envs:
+        early = {r.env_id for r in store.designer_rewards() if r.env_step == env_step and r.reward_step < env_step + k}
+        envs = [e for e in envs if e.env_id not in early]
     if not envs:
         return []
     plays: dict[int, list] = defaultdict(list)
@@ -137,7 +151,7 @@ def close_window(store: Store, reward: RewardConfig, k: int, end_step: int, agen
             env = d.env
             record = DesignerRewardRecord(
                 env_id=env.env_id, skill=env.skill, designer_sample_id=env.designer_sample_id, env_step=env_step,
-                reward_step=env_step + k, variant=reward.designer_reward, regret=d.regret, win_rate=d.win_rate,
+                reward_step=end_step + 1, variant=reward.designer_reward, regret=d.regret, win_rate=d.win_rate,
                 raw_reward=d.raw_reward, advantage=d.advantage, hint_return=d.hint_return, no_hint_return=d.no_hint_return,
             )
             batch.put_designer_reward(record)
@@ -204,6 +218,16 @@ class DesignerQueue:
                 trajectory = store.trajectory(key)
                 if trajectory is not None:
                     self.due[reward.reward_step].append(msgspec.structs.replace(trajectory.sample, reward=reward.raw_reward, advantage=reward.advantage))
+
+
+def close_cut_window(store: Store, config: Config, queue: DesignerQueue, last_step: int, agent_samples: int) -> int:
+    """At the run's end, `last_step` its final step: when the run stopped inside the last refresh's window
+    (`run.steps` not a multiple of k, or the time budget), reward those designs over the steps played and queue
+    their samples for the final flush (due at last_step + 1), as the reference's final rollout flushes its buffer.
+    Returns how many designs were rewarded (0 when the window was whole)."""
+    rewards = close_window(store, config.reward, config.curriculum.refresh_interval, last_step, agent_samples, cut=True)
+    queue.add(rewards)
+    return len(rewards)
 
 
 def designer_step(store: Store, config: Config, queue: DesignerQueue, step: int, agent_samples: int,

@@ -14,7 +14,11 @@ Each step s (0-based) calls each stage once, in this order:
 6. send the batch: recorded with the run state in one transaction, then sent to the learner, which publishes the
    next policy version.
 A last batch of designer samples whose reward falls due after the final step is flushed at the end, as the
-reference does.
+reference does. When the run stops inside the last refresh's window (`run.steps` not a multiple of k, or the time
+budget), those designs are rewarded over the steps played (`close_cut_window`) and flushed with them, in a line
+and the flush row's `cut_window_designs`. The flush is a designer-only batch: it carries `sample_norm`, the sample
+count of a normal step's batch (the last step's agent samples + the flushed ones), so that under the per-sample
+mean each flushed sample weighs what it would in a step's batch, not n_agent / n_designer times more.
 
 Policy versions: the learner publishes `policy_version`; batch i is trained by version i and makes i + 1, so
 `hub.target_version` (the batches sent) is where the learner will be once it has trained them all, and step s's
@@ -32,7 +36,7 @@ import trio
 
 from engine.batches import MissingTrajectory, StepBatch, batch_record, step_batch, stored_batch_samples
 from engine.curriculum import ActiveEnv, PassageSampler, SeedEnvironment, load_corpus
-from engine.designer_reward import DesignerQueue, designer_step
+from engine.designer_reward import DesignerQueue, close_cut_window, designer_step
 from engine.evaluation import InLoopEval
 from engine.metrics.curriculum_signals import curriculum_metrics
 from engine.metrics.live import LiveView
@@ -46,7 +50,7 @@ from engine.protocol.messages import PolicyPublished, Sample
 from engine.protocol.paths import RunPaths
 from engine.refresh import Designs, RefreshResult
 from storage.records import RunState
-from storage.store import Store
+from storage.store import Store, trajectory_prefix
 
 
 class Engine:
@@ -72,6 +76,9 @@ class Engine:
         self.steps = config.run.steps
         self.deadline = math.inf
         self.admitted = 0  # steps whose plays have started
+        self.agent_samples: dict[int, int] = {}  # agent samples of each step's batch (the flush's sample_norm)
+        self.cut_closed = -1  # the last step whose cut window was closed (close_cut_window runs once)
+        self.cut_designs = 0
 
     async def run(self) -> None:
         await self.hub.run(self.curriculum, services=[self.evaluation.serve])
@@ -99,7 +106,28 @@ class Engine:
         """The policy version that trains step's batch."""
         return step + self.version_offset
 
-    async def send_batch(self, step: int, samples: list[Sample], checkpoint: bool, active: list[ActiveEnv] | None = None) -> None:
+    def agent_samples_of(self, step: int) -> int:
+        """The agent samples step's batch trained (the designer ones in it were made at an earlier step)."""
+        if step in self.agent_samples:
+            return self.agent_samples[step]
+        record = next((r for r in self.store.batches() if r.step == step), None)  # a step of the run before a resume
+        return sum(1 for e in record.entries if e.trajectory_key.startswith(trajectory_prefix(step))) if record else 0
+
+    def close_cut_window(self) -> None:
+        """Reward the designs of a last refresh window the run's end cut short (engine/designer_reward.py), once."""
+        last = self.steps - 1
+        if last < 0 or self.cut_closed == last:
+            return
+        self.cut_closed = last
+        designs = close_cut_window(self.store, self.config, self.designer_queue, last, self.agent_samples_of(last))
+        if designs:
+            self.cut_designs += designs
+            played = last % self.k + 1
+            self.view.line(f"the run ended {played} of {self.k} steps into the window of the refresh at step {last - played + 2}: "
+                           f"its {designs} designs are rewarded over those steps" + (", and flushed" if self.config.reward.train_designer else ""))
+
+    async def send_batch(self, step: int, samples: list[Sample], checkpoint: bool, active: list[ActiveEnv] | None = None,
+                         sample_norm: int = 0) -> None:
         """Record the batch (and the run state after this step) in one transaction, then send it."""
         with self.store.batch() as batch:
             batch.put_batch(batch_record(self.hub.target_version, step, samples, checkpoint))
@@ -112,7 +140,7 @@ class Engine:
                 state.active_env_ids = [e.env_id for e in active]
                 state.refresh_step = step - step % self.k
             batch.put_state(state)
-        await self.hub.train(step, samples, checkpoint)
+        await self.hub.train(step, samples, checkpoint, sample_norm=sample_norm)
 
     async def catch_up_learner(self) -> None:
         """Resend, from LMDB, every recorded batch the (restarted) learner has not trained yet."""
@@ -178,9 +206,13 @@ class Engine:
                 raise RunFailed(f"no valid environment to play at step {step + 1}: every design failed and {reuse}")
             await self.run_epoch(range(step, epoch_end), refresh, epoch_started)
             step = min(epoch_end, self.steps)
+        self.close_cut_window()  # a no-op unless the budget ended the run after its last step's batch went out
         flush = self.designer_queue.pop(self.steps)
         if flush:  # designer samples whose reward fell due after the last step (the reference flushes them too)
-            await self.send_batch(self.steps, flush, checkpoint=True)
+            norm = self.agent_samples_of(self.steps - 1) + len(flush)
+            self.step_stats[self.steps] = {"step": self.steps, "flush_designer_samples": len(flush), "flush_sample_norm": norm,
+                                           "cut_window_designs": self.cut_designs}
+            await self.send_batch(self.steps, flush, checkpoint=True, sample_norm=norm)
         await self.hub.wait_for_version(self.hub.target_version, "final update")
         await self.evaluation.finish(self.hub.policy_version)
         with self.store.batch() as batch:
@@ -238,7 +270,10 @@ class Engine:
                            trained_at=self.hub.target_version, bound=c.run.max_staleness)
         designer_step(self.store, c, self.designer_queue, step, len(batch.agent), refresh.active, played.plays)
         self.step_stats[step] = await self.metrics_row(step, played, batch, refresh, seconds)
+        self.agent_samples[step] = len(batch.agent)
         self.time_up(self.admitted)  # a budget spent now ends the run after the steps already started
+        if step == self.steps - 1:  # before the checkpoint flag: a cut window's designs make a flush
+            self.close_cut_window()
         checkpoint = step == self.steps - 1 and not self.designer_queue.waiting(self.steps)
         await self.send_batch(step, batch.samples, checkpoint=checkpoint, active=refresh.active)
 

@@ -14,7 +14,8 @@ Every objective uses the clipped surrogate on r = pi_theta / pi_prox, clip(r) = 
   decoupled_ppo  w = k, tokens with k > behaviour_cap leave the loss mask (AReaL's decoupled PPO)
   tis            w = min(k, tis_cap)                  (truncated importance sampling, the SPADE reference)
   icepop         w = k inside [icepop_low, icepop_high], tokens outside leave the loss mask
-The per-token loss is -w * min(r * A, clip(r) * A) (+ kl_coef * k3 to a frozen reference), zero outside the
+The per-token loss is -w * min(r * A, clip(r) * A) (+ kl_coef * k3 to a frozen reference, clamped to [-10, 10]
+as slime and verl clamp it: `k3_clamped`), zero outside the
 effective mask M; `aggregate` turns it into a per-sample mean (the reference: each sequence's token mean, then
 the mean over sequences) or a token mean per role. With `seq_filter`, a whole sequence
 leaves M when the geometric mean of k over its tokens, exp(mean log k), falls outside [seq_low, seq_high].
@@ -35,12 +36,24 @@ import torch
 
 from engine.protocol.config import OBJECTIVES, ObjectiveConfig  # declared once, as `[learner.objective]`; checked there
 
-__all__ = ["OBJECTIVES", "ObjectiveConfig", "aggregate", "effective_mask", "k3", "plain_grpo_loss", "token_losses"]
+__all__ = ["OBJECTIVES", "ObjectiveConfig", "aggregate", "effective_mask", "k3", "k3_clamped", "plain_grpo_loss", "token_losses"]
+
+# slime's and verl's low_var_kl bounds: the log ratio before the exp (no overflow), the k3 term after it.
+KL_LOG_RATIO_BOUND = 20.0
+KL_BOUND = 10.0
 
 
 def k3(log_ratio: torch.Tensor) -> torch.Tensor:
     """Schulman's k3 estimator term, ratio - log(ratio) - 1 >= 0, from log(ratio)."""
     return torch.expm1(log_ratio) - log_ratio
+
+
+def k3_clamped(log_ratio: torch.Tensor) -> torch.Tensor:
+    """The KL term of the loss as slime and verl compute it (`low_var_kl`): k3 of the log ratio clamped to
+    [-20, 20], then clamped to [-10, 10]. k3 grows as exp(log ratio), so one token far from the reference would
+    otherwise dominate a batch's loss (log ratio 3: 16.1 unclamped, 10 here); past the bound the term has no
+    gradient, as in both."""
+    return k3(log_ratio.clamp(-KL_LOG_RATIO_BOUND, KL_LOG_RATIO_BOUND)).clamp(-KL_BOUND, KL_BOUND)
 
 
 def effective_mask(cfg: ObjectiveConfig, proximal: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -76,7 +89,8 @@ def token_losses(
     behaviour_weight_mean / behaviour_weight_max (k = pi_prox / mu before any cap, over the caller's mask),
     masked_fraction (caller's tokens dropped by w > cap, icepop's band or the sequence filter),
     mismatch_k3 (mean over the caller's mask of k - log k - 1 with k = pi_prox / mu: the k3 estimate of
-    KL(mu || pi_prox) from the tokens mu sampled), kl_ref (mean k3 to the reference over M, 0 without one),
+    KL(mu || pi_prox) from the tokens mu sampled, unclamped), kl_ref (mean clamped k3 to the reference over M, the
+    term the loss carries; 0 without one),
     tokens and kept_tokens (|mask| and |M|, to weight means across micro-batches).
     """
     if not (logprobs.shape == proximal.shape == behaviour.shape == mask.shape):
@@ -101,7 +115,7 @@ def token_losses(
     loss = -weight * torch.minimum(unclipped, clipped)
     kl = None
     if ref_logprobs is not None:
-        kl = k3(ref_logprobs.detach() - logprobs)  # ratio = pi_ref / pi_theta
+        kl = k3_clamped(ref_logprobs.detach() - logprobs)  # ratio = pi_ref / pi_theta
         if cfg.kl_coef > 0.0:
             loss = loss + cfg.kl_coef * kl
     loss = torch.where(kept, loss, 0.0)

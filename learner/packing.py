@@ -72,7 +72,7 @@ def micro_batches(indices: list[int], lengths: list[int], max_tokens: int) -> li
 @dataclass(frozen=True)
 class MiniBatch:
     role_tokens: dict[str, float]  # loss-mask tokens per role in the whole mini-batch (the token-mean denominators)
-    samples: float  # samples in the whole mini-batch (the per-sample mean's denominator)
+    samples: float  # samples in the whole mini-batch (the per-sample mean's denominator; scaled by sample_norm)
     micro: list[list[list[int]]]  # per rank: its micro-batches (sample indices)
 
     @property
@@ -99,9 +99,13 @@ class Batch:
     lengths: list[int]
 
 
-def plan_mini_batches(rows: list[Row], trainable: set[int], *, mini_batches: int, world_size: int, micro_batch_tokens: int) -> list[MiniBatch]:
-    """Mini-batches (sample i in mini-batch i mod M), each split over the ranks, then into micro-batches."""
+def plan_mini_batches(rows: list[Row], trainable: set[int], *, mini_batches: int, world_size: int, micro_batch_tokens: int,
+                      sample_norm: int = 0) -> list[MiniBatch]:
+    """Mini-batches (sample i in mini-batch i mod M), each split over the ranks, then into micro-batches.
+    `sample_norm` > 0 stands for the batch's sample count in the per-sample mean's denominators: each mini-batch
+    divides by its share of it, its own count times sample_norm / len(rows) (exactly sample_norm with M = 1)."""
     lengths = [r.length for r in rows]
+    per_sample = sample_norm / len(rows) if sample_norm > 0 and rows else 1.0
     plan = []
     for first in range(mini_batches):
         members = list(range(first, len(rows), mini_batches))
@@ -111,7 +115,7 @@ def plan_mini_batches(rows: list[Row], trainable: set[int], *, mini_batches: int
         train = [i for i in members if i in trainable]
         shares = split_by_tokens([lengths[i] for i in train], world_size)
         micro = [micro_batches([train[j] for j in share], lengths, micro_batch_tokens) for share in shares]
-        plan.append(MiniBatch(role_tokens=role_tokens, samples=float(len(members)), micro=micro))
+        plan.append(MiniBatch(role_tokens=role_tokens, samples=float(len(members)) * per_sample, micro=micro))
     return plan
 
 

@@ -50,7 +50,7 @@ def apply_batch(trainer, paths: RunPaths, config: Config, batch: TrainBatch) -> 
     elif problem := guards.batch_problem(batch.samples, guards.vocab_size(trainer.model)):
         metrics = guards.refused_metrics(batch.samples, problem, batch.step)  # no update; the version still advances
     else:
-        metrics = trainer.update(batch.samples)
+        metrics = trainer.update(batch.samples, sample_norm=batch.sample_norm)
     path = trainer.publish(paths.policy, config.learner.keep_policies)
     every = config.learner.checkpoint_every
     if batch.checkpoint or (every > 0 and trainer.version % every == 0):

@@ -12,12 +12,17 @@ reference is then the same model with the adapter disabled. LoRA runs on one pro
 
 The objective is the `[learner.objective]` table (learner/objectives.py). Aggregation (`learner.loss_aggregation`):
 sample_mean, each sample's token mean weighted by its role's weight (`designer_weight` / `agent_weight`), then the
-mean over every sample of the mini-batch, both roles together (the reference); or role_token_mean, a token mean
+mean over every sample of the mini-batch, both roles together (the reference; `sample_norm` replaces the batch's
+count, so the engine's designer-only final flush weighs each sample as a normal step does); or role_token_mean, a token mean
 within each role over every sampled token of that role, the role losses summed with those weights. Zero-advantage
 samples count in every denominator; they skip the forward pass unless there is a KL term (kl_coef > 0), the only
 part of their loss with a gradient. The batch is cut into `mini_batches` strided mini-batches (sample i goes to
 i mod M), one optimizer step each; mini-batch 0 runs before any step, so its proximal log-probs are its own detached
 log-probs, and those of the later mini-batches are recomputed without gradient before the first step.
+
+The logged `staleness` (token mean of trained tokens' version lag) comes with `staleness_agent`,
+`staleness_designer` and their `_max`: a designer sample is k versions late by design. AdamW decays every trained
+parameter of 2 or more dimensions, not biases or 1-D ones (`param_groups`, as Megatron).
 
 On N processes every rank holds the whole batch (rank 0 broadcasts it, learner/train.py), computes the same plan
 (learner/packing.py), and runs its share of each mini-batch in micro-batches of at most
@@ -64,6 +69,18 @@ def lr_factor(config: LearnerConfig, step: int) -> float:
     if config.lr_schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * progress))
     return 1.0 - progress
+
+
+def param_groups(model, weight_decay: float) -> list[dict]:
+    """AdamW's parameter groups as Megatron makes them (the reference's optimizer): `weight_decay` on every trained
+    parameter of 2 or more dimensions (the embeddings too, which Megatron decays), none on biases and 1-D
+    parameters (norm scales), whose decay only pulls a norm's gain towards 0. An empty group is left out."""
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            (no_decay if name.endswith(".bias") or parameter.ndim <= 1 else decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
 
 
 def _wrap_lora(model, config: LearnerConfig):
@@ -121,10 +138,7 @@ class Trainer:
         self.model = shard_model(model, self.dist)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad],
-            lr=config.learning_rate,
-            betas=tuple(config.betas),
-            weight_decay=config.weight_decay,
+            param_groups(self.model, config.weight_decay), lr=config.learning_rate, betas=tuple(config.betas),
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: lr_factor(config, step))
         self.reference = None
@@ -142,14 +156,19 @@ class Trainer:
         self.skipped_nonfinite = 0  # optimizer steps skipped for a non-finite loss or gradient
 
     # ------------------------------------------------------------------ the update
-    def update(self, samples: list[Sample]) -> dict[str, float]:
+    def update(self, samples: list[Sample], *, sample_norm: int = 0) -> dict[str, float]:
+        """One update. `sample_norm` > 0 (`TrainBatch.sample_norm`) is the sample count sample_mean divides by instead
+        of the batch's own: the engine's final designer-only flush gives each sample its weight in a normal step."""
         started = time.perf_counter()
+        if 0 < sample_norm < len(samples):
+            raise ValueError(f"sample_norm is {sample_norm}, fewer than the batch's {len(samples)} samples: "
+                             f"send 0 (the batch's count) or at least {len(samples)}")
         objective = self.config.objective
         rows = [unpack(s) for s in samples]
         with_kl = self.reference is not None  # a zero-advantage sample's KL term still has a gradient
         trainable = [i for i, r in enumerate(rows) if r.mask.any() and (r.advantage != 0.0 or with_kl)]
         plan = plan_mini_batches(rows, set(trainable), mini_batches=self.config.mini_batches, world_size=self.dist.world_size,
-                                 micro_batch_tokens=self.config.micro_batch_tokens)
+                                 micro_batch_tokens=self.config.micro_batch_tokens, sample_norm=sample_norm)
         weights = {"agent": self.config.agent_weight, "designer": self.config.designer_weight}
         proximal = self._proximal_logprobs(rows, plan) if len(plan) > 1 else {}
         # Statistics stay on the device until the end of the update: one transfer, no sync per micro-batch.
@@ -299,12 +318,19 @@ class Trainer:
         trained_tokens = sum(rows[i].length for i in trainable)
         padded = sum(len(m) * max(rows[i].length for i in m) for mini in plan for rank in mini.micro for m in rank)
         histogram: dict[int, int] = {}
-        lag_sum = lag_count = 0
+        lags_by_role: dict[str, list[np.ndarray]] = {role: [] for role in ROLES}
         for i in trainable:
             lags = self.version - rows[i].versions[rows[i].mask > 0]
-            lag_sum, lag_count = lag_sum + int(lags.sum()), lag_count + len(lags)
+            lags_by_role[rows[i].role].append(lags)
             for value, n in zip(*np.unique(lags, return_counts=True)):
                 histogram[int(value)] = histogram.get(int(value), 0) + int(n)
+        # By role too: a designer sample is k versions late by design, which would hide in (and inflate) the token mean.
+        every = np.concatenate([lag for role in ROLES for lag in lags_by_role[role]] or [np.zeros(0)])
+        by_role = {}
+        for role in ROLES:
+            lags = np.concatenate(lags_by_role[role] or [np.zeros(0)])
+            by_role[f"staleness_{role}"] = float(lags.mean()) if lags.size else 0.0
+            by_role[f"staleness_{role}_max"] = float(lags.max()) if lags.size else 0.0
         return {
             # losses: the mean over this update's optimizer steps of each step's objective
             "loss": sums["loss"] / max(steps, 1),
@@ -316,7 +342,8 @@ class Trainer:
             "masked_fraction": sums["masked"] / tokens if tokens else 0.0,
             "mismatch_k3": sums["k3"] / tokens if tokens else 0.0,
             "kl_ref": sums["kl"] / kept if kept else 0.0,
-            "staleness": lag_sum / lag_count if lag_count else 0.0,
+            "staleness": float(every.mean()) if every.size else 0.0,
+            **by_role,
             **{f"staleness_{lag}": float(n) for lag, n in sorted(histogram.items())},
             "grad_norm": sum(grad_norms) / steps if steps else 0.0,
             "grad_norm_max": max(grad_norms, default=0.0),
@@ -366,4 +393,14 @@ class Trainer:
 
     def load_checkpoint(self, folder: Path) -> int:
         """Restore a checkpoint written by `save_checkpoint`; returns its step."""
-        return checkpoint.load_checkpoint(self, Path(folder))
+        step = checkpoint.load_checkpoint(self, Path(folder))
+        # A checkpoint from before `param_groups` holds one group, whose settings torch copies onto the last group
+        # only: each group's decay is the config's again, and every group follows the one schedule.
+        for group, wanted in zip(self.optimizer.param_groups, param_groups(self.model, self.config.weight_decay)):
+            group["weight_decay"] = wanted["weight_decay"]
+        groups = len(self.optimizer.param_groups)
+        if len(self.scheduler.base_lrs) != groups:
+            self.scheduler.base_lrs = self.scheduler.base_lrs[:1] * groups
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.optimizer.param_groups[0]["lr"]
+        return step

@@ -9,6 +9,8 @@ Learnable: an environment whose unhinted plays at the step won (return > 0) a sh
 `learnable_share` is per step over the environments played; `learnable_share_budget` counts every environment
 slot (a slot left empty is 0); `learnable_share_window` is the paper's (Figure 6): over the steps of the current
 `run.learnable_window`-step window so far, learnable environments over environment slots.
+A row also lifts the learner's `staleness` (its trained tokens' mean version lag) and the same by role,
+`staleness_agent` and `staleness_designer`, to the top level.
 """
 
 from __future__ import annotations
@@ -131,6 +133,9 @@ class MetricsLog:
             "policy_version": policy_version,
             "learner_loss": learner.get("loss", 0.0),
             "staleness": learner.get("staleness", 0.0),
+            # by role: a designer sample trains k versions after it was made, which the token mean above mixes in
+            "staleness_agent": learner.get("staleness_agent", 0.0),
+            "staleness_designer": learner.get("staleness_designer", 0.0),
             "learner": learner,
             "time": time.time(),
         }

@@ -185,9 +185,11 @@ class Hub:
                 case LearnerFailed():
                     raise RunFailed(f"the learner failed: {message.reason} (see {self.paths.logs / 'learner.log'})")
 
-    async def train(self, step: int, samples: list[Sample], checkpoint: bool) -> None:
-        """Send a batch to the learner; it trains it with version `target_version` and publishes the next."""
-        await self.learner_sock.send_to(self._learner_ident, TrainBatch(step=step, samples=samples, checkpoint=checkpoint))
+    async def train(self, step: int, samples: list[Sample], checkpoint: bool, sample_norm: int = 0) -> None:
+        """Send a batch to the learner; it trains it with version `target_version` and publishes the next.
+        `sample_norm`: TrainBatch's (the final flush's per-sample-mean count; 0 for a step's batch)."""
+        batch = TrainBatch(step=step, samples=samples, checkpoint=checkpoint, sample_norm=sample_norm)
+        await self.learner_sock.send_to(self._learner_ident, batch)
         self.target_version += 1
 
     async def wait_for_version(self, version: int, label: str) -> None:

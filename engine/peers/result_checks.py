@@ -9,6 +9,9 @@ A result (`DesignResult`, `PlayResult`, `ValidateResult`) passes when `result_pr
 - its sample's values (`engine.protocol.messages.sample_problem`): arrays of one length, token ids within the model's
   vocabulary, loss mask 0/1, finite log-probs <= 0 on sampled tokens, versions in [-1, the engine's newest policy
   version], finite reward, advantage and temperature;
+- every loss-mask token (a token it would train on) carries a real policy version (>= 0): -1 marks a prompt or
+  observation token, and a trained token without a version could never be judged stale (engine/batches.py
+  `drop_stale` drops such a sample too, should one get past);
 - a play's episode return finite and in [-1, 1] (also its sample's reward), every turn reward finite, turn versions
   in range; counts and seconds finite and >= 0;
 - it names the worker id its sender joined as, and answers the task it was leased for: the same kind, and the
@@ -41,6 +44,8 @@ from engine.protocol.messages import (
     ValidateResult,
     ValidateTask,
     sample_problem,
+    unpack_ints,
+    unpack_mask,
 )
 from engine.tools.models import read_vocab_size
 from engine.protocol.paths import RunPaths
@@ -61,6 +66,16 @@ def _mismatch(sample: Sample, **expected) -> str | None:
     for name, value in expected.items():
         if getattr(sample, name) != value:
             return f"its sample's {name} {short_id(str(getattr(sample, name)), 40)!r} is not the task's {short_id(str(value), 40)!r}"
+    return None
+
+
+def _unversioned_problem(sample: Sample) -> str | None:
+    """A loss-mask token stamped without a policy version (< 0), which no honest backend sends."""
+    versions = unpack_ints(sample.versions)[unpack_mask(sample.loss_mask) == 1]
+    if versions.size and int(versions.min()) < 0:
+        count = int((versions < 0).sum())
+        return (f"{count} of its {versions.size} loss-mask tokens carry policy version {int(versions.min())}: a trained token "
+                "needs the version (>= 0) that sampled it; -1 is for prompt tokens (loss mask 0)")
     return None
 
 
@@ -104,7 +119,7 @@ def result_problem(result: Result, task, *, vocab_size: int | None, newest_versi
     if not (_finite(result.seconds) and result.seconds >= 0 and result.tokens_generated >= 0):
         return "its seconds or tokens_generated are not finite numbers >= 0"
     sample = result.agent if isinstance(result, PlayResult) else result.designer
-    if problem := sample_problem(sample, vocab_size=vocab_size, max_version=newest_version):
+    if problem := sample_problem(sample, vocab_size=vocab_size, max_version=newest_version) or _unversioned_problem(sample):
         return problem
     if isinstance(result, PlayResult) and task is None:
         ok = _finite(result.episode_return) and -1.0 <= result.episode_return <= 1.0

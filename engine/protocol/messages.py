@@ -286,6 +286,9 @@ class TrainBatch(_Msg, tag="train_batch"):
     step: int
     samples: list[Sample]
     checkpoint: bool  # save a full checkpoint after this update
+    # The sample count the per-sample mean (learner.loss_aggregation = sample_mean) divides by; 0: the batch's own.
+    # The engine's final designer-only flush sends a normal step's count, so each sample weighs as it would there.
+    sample_norm: int = 0
 
 
 EngineToLearner = TrainBatch | Shutdown

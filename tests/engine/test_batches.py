@@ -68,10 +68,10 @@ def test_a_steps_batch_is_its_fresh_agent_samples_and_the_designer_samples_due()
     assert (stale.agent, stale.designer, stale.agent_groups, stale.dropped_stale) == ([], due, 2, 4)
 
 
-def _sampled(versions, role="agent"):
+def _sampled(versions, role="agent", mask=None):
     return Sample(
         sample_id=f"{role}-{versions}", role=role, env_id="e", skill="A", arm="no_hint", step=0,
-        tokens=pack_ints(list(range(len(versions)))), loss_mask=pack_mask([int(v >= 0) for v in versions]),
+        tokens=pack_ints(list(range(len(versions)))), loss_mask=pack_mask(mask if mask is not None else [int(v >= 0) for v in versions]),
         logprobs=pack_floats([0.0] * len(versions)), versions=pack_ints(versions), reward=0.0,
     )
 
@@ -84,6 +84,18 @@ def test_drop_stale_edge_cases():
     at_bound = _sampled([-1, 3, -1, 4])
     assert drop_stale([at_bound], trained_at=4, bound=1) == ([at_bound], 0)
     assert drop_stale([at_bound], trained_at=5, bound=1) == ([], 1)
+
+
+def test_a_trained_token_without_a_version_is_stale_at_any_age():
+    """The issue's reproduction: versions [-1, -1, -1, -1] with mask [0, 1, 1, 1] survived at trained_at 9, bound 4."""
+    unversioned = _sampled([-1, -1, -1, -1], mask=[0, 1, 1, 1])
+    assert drop_stale([unversioned], trained_at=9, bound=4) == ([], 1)
+    assert drop_stale([unversioned], trained_at=0, bound=0) == ([], 1)
+    partly = _sampled([-1, 8, -1, 9], mask=[0, 1, 1, 1])  # fresh, but one trained token has no version
+    assert drop_stale([partly], trained_at=9, bound=4) == ([], 1)
+    designer = _sampled([-1, -1, -1], role="designer", mask=[0, 1, 1])  # late by design, but never unversioned
+    late_designer = _sampled([-1, 1, 1], role="designer")
+    assert drop_stale([designer, late_designer], trained_at=9, bound=4) == ([late_designer], 1)
 
 
 def _trajectory(sample):

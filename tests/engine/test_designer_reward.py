@@ -7,7 +7,7 @@ import pytest
 from engine.protocol.config import CurriculumConfig, RewardConfig
 from engine.protocol.config_loading import load_config
 from engine.curriculum import ActiveEnv
-from engine.designer_reward import DesignerQueue, DesignerReward, close_window, designer_step, score_window, update_memory
+from engine.designer_reward import DesignerQueue, DesignerReward, close_cut_window, close_window, designer_step, score_window, update_memory
 from engine.protocol.messages import PlayResult
 from storage.records import BatchEntry, BatchRecord, DesignerRewardRecord, EnvironmentRecord, MemoryRecord, RunState, TrajectoryRecord
 from storage.store import Store, trajectory_key
@@ -91,6 +91,31 @@ def test_blend_uses_the_refresh_steps_regret_and_the_windows_win_rate(store):
     assert (e1.hint_return, e1.no_hint_return) == (1.0, 0.5)
     # 0.4 * clip(0.5 / 0.15, 0, 1) + 0.6 * plateau(0.25), plateau ramping to 0 over 0.25 below 0.4
     assert e1.raw_reward == pytest.approx(0.4 + 0.6 * (1 - 0.15 / 0.25))
+
+
+def test_a_window_cut_by_the_runs_end_is_rewarded_over_the_steps_played(store):
+    """A run of 1 step at k = 2: the refresh's designs are rewarded over step 0 alone, due at step 1 (the flush)."""
+    assert close_window(store, RewardConfig(), K, 1, 8, cut=True) == []  # the window ending at step 1 is whole
+    rewards = {r.record.env_id: r for r in close_window(store, RewardConfig(designer_reward="regret"), K, 0, 8, cut=True)}
+    assert set(rewards) == {"e1", "e2", "e3"}
+    e1 = rewards["e1"].record
+    assert (e1.env_step, e1.reward_step) == (0, 1)
+    assert (e1.regret, e1.win_rate) == (pytest.approx(1.0 - 0.5), pytest.approx(0.5))  # step 1's plays are not read
+    assert rewards["e2"].record.regret == 0.0 and rewards["e3"].record.regret == 1.0
+    assert rewards["e1"].record.advantage == pytest.approx((0.5 - 0.25) * min(8 / 3 * K, 50.0))  # the scale keeps k
+    assert rewards["e1"].sample.advantage == rewards["e1"].record.advantage
+    # rewarded once: not again at the end of a resumed run, nor when an extended run plays the rest of the window
+    assert close_window(store, RewardConfig(), K, 0, 8, cut=True) == []
+    assert close_window(store, RewardConfig(), K, 1, 8) == []
+    assert {r.reward_step for r in store.designer_rewards()} == {1}
+
+
+def test_close_cut_window_queues_the_designs_for_the_final_flush(store):
+    config = load_config(overrides=["curriculum.refresh_interval=2"])
+    queue = DesignerQueue()
+    assert close_cut_window(store, config, queue, 1, 8) == 0 and not queue.due  # whole: closed by designer_step
+    assert close_cut_window(store, config, queue, 0, 8) == 3
+    assert sorted(s.sample_id for s in queue.pop(1)) == ["d-e1", "d-e2", "d-e3"]
 
 
 def test_untrained_designer_still_gets_its_record(store):

@@ -25,6 +25,7 @@ class FakeHub:
 
     def __init__(self, calls):
         self.calls = calls
+        self.sample_norms = []  # of each batch sent
         self.policy_version = self.target_version = 0
         self.isolation = "none"
         self.changed = trio.Event()
@@ -32,8 +33,9 @@ class FakeHub:
     async def run_tasks(self, label, tasks):
         raise AssertionError("the fake stages send no task")
 
-    async def train(self, step, samples, checkpoint):
+    async def train(self, step, samples, checkpoint, sample_norm=0):
         self.calls.append(("send", step, [s.sample_id for s in samples], checkpoint))
+        self.sample_norms.append(sample_norm)
         self.target_version += 1
         self.policy_version = self.target_version
         self.changed.set()
@@ -66,8 +68,9 @@ class FakePlays:
         return StepPlays(results=[], plays=[])
 
 
-def _engine(tmp_path, monkeypatch, *overrides, active=(ENV,), designer_due=None):
-    """The loop with every stage faked; `designer_due(step)` is the step a designer sample made at `step` falls due."""
+def _engine(tmp_path, monkeypatch, *overrides, active=(ENV,), designer_due=None, agents=1, cut=False):
+    """The loop with every stage faked; `designer_due(step)` is the step a designer sample made at `step` falls due;
+    each step trains `agents` agent samples; with `cut`, a window the end cuts short has a design ("cut{step}")."""
     config = load_config(overrides=["curriculum.refresh_interval=2", "run.max_staleness=0", *overrides])
     calls = []
     engine = Engine(config, RunPaths(tmp_path / "run"), [], view=LiveView(config.run.steps, enabled=False), hub=FakeHub(calls))
@@ -75,12 +78,21 @@ def _engine(tmp_path, monkeypatch, *overrides, active=(ENV,), designer_due=None)
 
     def step_batch(plays, due, **_):
         calls.append(("batches", [s.sample_id for s in due]))
-        return StepBatch(agent=[make_sample("a", "agent", "e", "A", "no_hint", 0)], designer=due, zero_variance_groups=0, agent_groups=1, dropped_stale=0)
+        agent = [make_sample("a" if i == 0 else f"a{i}", "agent", "e", "A", "no_hint", 0) for i in range(agents)]
+        return StepBatch(agent=agent, designer=due, zero_variance_groups=0, agent_groups=1, dropped_stale=0)
 
     def designer_step(store, config, queue, step, agent_samples, active, plays):
         calls.append(("designer", step))
         if designer_due and designer_due(step) is not None:
             queue.due[designer_due(step)].append(make_sample(f"d{step}", "designer", "e", "A", "design", step))
+
+    def close_cut_window(store, config, queue, last_step, agent_samples):
+        k = config.curriculum.refresh_interval
+        if not cut or last_step % k == k - 1:  # no design, or the window is whole
+            return 0
+        calls.append(("cut", last_step, agent_samples))
+        queue.due[last_step + 1].append(make_sample(f"cut{last_step - last_step % k}", "designer", "e", "A", "design", last_step))
+        return 1
 
     async def metrics_row(step, played, batch, refresh, seconds):
         calls.append(("metrics", step))
@@ -88,6 +100,7 @@ def _engine(tmp_path, monkeypatch, *overrides, active=(ENV,), designer_due=None)
 
     monkeypatch.setattr(loop, "step_batch", step_batch)
     monkeypatch.setattr(loop, "designer_step", designer_step)
+    monkeypatch.setattr(loop, "close_cut_window", close_cut_window)
     engine.metrics_row = metrics_row
     return engine, calls
 
@@ -113,6 +126,22 @@ def test_the_designer_samples_due_after_the_last_step_are_flushed_in_one_more_ba
     trio.run(engine.curriculum)
     assert calls == [*_step(0, refresh=True), *_step(1), *_step(2, refresh=True, due=["d1"]), *_step(3), ("send", 4, ["d3"], True)]
     assert [r.step for r in engine.store.batches()] == [0, 1, 2, 3, 4] and engine.store.state().finished
+    engine.store.close()
+
+
+def test_a_window_cut_by_the_end_is_rewarded_and_flushed_with_a_normal_steps_sample_count(tmp_path, monkeypatch):
+    """run.steps = 5 at k = 2: the refresh at step 4 has one step of its window; its designs are rewarded over it
+    (close_cut_window, before step 4's checkpoint flag) and flushed, the flush weighing each sample as a step's
+    batch of 3 agent samples + the flushed ones would (sample_norm)."""
+    engine, calls = _engine(tmp_path, monkeypatch, "run.steps=5", designer_due=lambda step: step + 1 if step % 2 else None, agents=3, cut=True)
+    trio.run(engine.curriculum)
+    sent = lambda due=(): ["a", "a1", "a2", *due]  # noqa: E731
+    assert calls == [*_step(0, refresh=True, sent=sent()), *_step(1, sent=sent()), *_step(2, refresh=True, due=["d1"], sent=sent(["d1"])),
+                     *_step(3, sent=sent()), *_step(4, refresh=True, due=["d3"], sent=sent(["d3"]))[:-1], ("cut", 4, 3),
+                     ("send", 4, sent(["d3"]), False), ("send", 5, ["cut4"], True)]
+    assert engine.hub.sample_norms == [0, 0, 0, 0, 0, 3 + 1]
+    assert engine.step_stats[5] == {"step": 5, "flush_designer_samples": 1, "flush_sample_norm": 4, "cut_window_designs": 1}
+    assert engine.store.state().finished
     engine.store.close()
 
 
@@ -143,3 +172,20 @@ def test_the_loop_never_touches_a_socket():
     with open(loop.__file__) as f:
         source = f.read()
     assert "sock" not in source and "zmq" not in source and "transport" not in source
+
+
+def test_a_budget_that_cuts_a_window_short_rewards_and_flushes_its_designs(tmp_path, monkeypatch):
+    engine, calls = _engine(tmp_path, monkeypatch, "run.steps=8", cut=True)
+    metrics_row = engine.metrics_row
+
+    async def spend_the_budget_at_step_2(step, *args):
+        if step == 2:
+            engine.deadline = 0.0
+        return await metrics_row(step, *args)
+
+    engine.metrics_row = spend_the_budget_at_step_2
+    trio.run(engine.curriculum)
+    assert engine.steps == 3
+    assert calls[-3:] == [("cut", 2, 1), ("send", 2, ["a"], False), ("send", 3, ["cut2"], True)]
+    assert engine.hub.sample_norms[-1] == 2
+    engine.store.close()

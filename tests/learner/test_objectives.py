@@ -8,7 +8,7 @@ import torch
 from engine.protocol.config import Config, LearnerConfig
 from engine.protocol.config_loading import ConfigError, check_config
 from learner.logprobs import logprobs_from_logits
-from learner.objectives import ObjectiveConfig, aggregate, effective_mask, plain_grpo_loss, token_losses
+from learner.objectives import ObjectiveConfig, aggregate, effective_mask, k3, k3_clamped, plain_grpo_loss, token_losses
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 
@@ -120,6 +120,18 @@ def test_sequence_filter_rejects_a_whole_sequence_outside_the_band():
     assert effective_mask(ObjectiveConfig(), t(prox), t(mu), t(mask)).all()
     narrow = ObjectiveConfig(seq_filter=True, seq_low=0.995, seq_high=1.005)
     assert effective_mask(narrow, t(prox, torch.float64), t(mu, torch.float64), t(mask)).tolist() == [[True] * 3, [False] * 3, [False] * 3]
+
+
+def test_the_kl_term_is_clamped_to_ten_as_slime_and_verl_clamp_it():
+    ratio = t([3.0, -3.0, 0.5, 50.0])
+    assert float(k3(ratio)[0]) == pytest.approx(math.exp(3) - 3 - 1, rel=1e-6)  # 16.09 unclamped
+    assert k3_clamped(ratio).tolist() == pytest.approx([10.0, math.exp(-3) + 3 - 1, math.exp(0.5) - 0.5 - 1, 10.0], rel=1e-6)
+    # in the loss: pi_ref / pi_theta = e^3 on one token gives kl_coef * 10, and no gradient from the KL past the bound
+    logp = leaf([-4.0])
+    loss, _, stats = single_role_loss(ObjectiveConfig(kl_coef=0.1), logp, t([[-4.0]]), t([[-4.0]]), t([[0.0]]), t([[1]]), t([[-1.0]]))
+    assert float(loss) == pytest.approx(1.0, rel=1e-6) and float(stats["kl_ref"]) == pytest.approx(10.0)
+    loss.backward()
+    assert logp.grad.tolist() == [[0.0]]
 
 
 def test_kl_to_reference_adds_k3_with_ratio_ref_over_theta():

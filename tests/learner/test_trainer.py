@@ -135,7 +135,7 @@ def test_publish_replaces_a_version_left_by_an_interrupted_run(tiny_model_path, 
     assert sorted(p.name for p in (tmp_path / "policy").iterdir()) == ["v000001"]
 
 
-def _gradients_of_one_update(trainer, samples):
+def _gradients_of_one_update(trainer, samples, sample_norm=0):
     """The gradient the update steps on (before clipping), captured per parameter name."""
     captured = {}
     clip = trainer._clip_gradients
@@ -145,7 +145,7 @@ def _gradients_of_one_update(trainer, samples):
         return clip()
 
     trainer._clip_gradients = capture
-    metrics = trainer.update(samples)
+    metrics = trainer.update(samples, sample_norm=sample_norm)
     return metrics, captured
 
 
@@ -193,3 +193,97 @@ def test_a_zero_advantage_sample_still_gets_its_kl_gradient(tiny_model_path):
     assert any(float(g.abs().sum()) > 0 for g in grads.values())
     without_kl = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2)).update([make_sample("agent", [5, 6, 10, 11, 12], 0.0, "zero")])
     assert without_kl["trained_samples"] == 0 and without_kl["optimizer_step"] == 0  # no KL: nothing to train
+
+
+def test_adamw_decays_matrices_and_embeddings_but_not_norms_or_biases(tiny_model_path):
+    """Megatron's groups (the reference's optimizer): weight decay off for biases and 1-D parameters."""
+    from learner.trainer import param_groups
+
+    trainer = Trainer(tiny_model_path, LearnerConfig(weight_decay=0.1))
+    decay, no_decay = trainer.optimizer.param_groups
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
+    names = {id(p): n for n, p in trainer.model.named_parameters()}
+    decayed, exempt = {names[id(p)] for p in decay["params"]}, {names[id(p)] for p in no_decay["params"]}
+    assert "model.embed_tokens.weight" in decayed and "model.layers.0.self_attn.q_proj.weight" in decayed
+    assert {"model.norm.weight", "model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.q_norm.weight"} <= exempt
+    assert all(p.ndim == 1 for p in no_decay["params"]) and all(p.ndim == 2 for p in decay["params"])
+    assert decayed | exempt == set(names.values()) and not decayed & exempt  # every parameter, once
+    bias = torch.nn.Linear(3, 2)  # a bias is exempt by its name as well as by its shape
+    groups = param_groups(bias, 0.1)
+    assert [[tuple(p.shape) for p in g["params"]] for g in groups] == [[(2, 3)], [(2,)]]
+    frozen = torch.nn.LayerNorm(4).requires_grad_(False)
+    assert param_groups(frozen, 0.1) == []  # nothing trained, no empty group
+
+
+def test_a_checkpoint_with_one_parameter_group_resumes_with_the_decay_groups(tiny_model_path, tmp_path, monkeypatch):
+    """A checkpoint written before the groups (one group, decay on everything) loads with norms undecayed."""
+    import learner.trainer as trainer_module
+
+    config = LearnerConfig(learning_rate=1e-3, weight_decay=0.1, lr_schedule="linear", total_steps=10)
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer_module, "param_groups", lambda model, decay: [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": decay}])
+        old = Trainer(tiny_model_path, config)
+        assert len(old.optimizer.param_groups) == 1
+        old.update([make_sample("agent", [5, 6, 7, 8], 1.0, "a")])
+        old.save_checkpoint(tmp_path / "ckpt", step=0)
+    new = Trainer(tiny_model_path, config)
+    new.load_checkpoint(tmp_path / "ckpt")
+    assert [g["weight_decay"] for g in new.optimizer.param_groups] == [0.1, 0.0]
+    assert len(new.scheduler.base_lrs) == 2 and new.optimizer.param_groups[1]["lr"] == new.optimizer.param_groups[0]["lr"]
+    new.update([make_sample("agent", [5, 6, 7, 8], 1.0, "a")])
+    assert new.optimizer.param_groups[0]["lr"] == new.optimizer.param_groups[1]["lr"] == pytest.approx(0.8e-3)
+
+
+def _lagging(role, versions, advantage, sample_id):
+    sample = make_sample(role, [5, 6] + [7 + i for i in range(len(versions))], advantage, sample_id)
+    import msgspec
+
+    return msgspec.structs.replace(sample, versions=pack_ints([-1, -1] + versions))
+
+
+def test_staleness_is_logged_by_role_so_the_designers_lag_does_not_hide_in_the_mean(tiny_model_path):
+    trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-3))
+    trainer.version = 6  # the version that trains this batch
+    metrics = trainer.update([
+        _lagging("agent", [6, 6, 5], 1.0, "a1"), _lagging("agent", [6, 6], -1.0, "a2"),
+        _lagging("designer", [2, 2, 2, 2], 0.5, "d1"),  # made at the refresh, k = 4 versions ago
+    ])
+    assert metrics["staleness_agent"] == pytest.approx(1 / 5) and metrics["staleness_agent_max"] == 1.0
+    assert metrics["staleness_designer"] == 4.0 and metrics["staleness_designer_max"] == 4.0
+    assert metrics["staleness"] == pytest.approx(17 / 9)  # the token mean over both roles, as before
+    assert (metrics["staleness_0"], metrics["staleness_1"], metrics["staleness_4"]) == (4.0, 1.0, 4.0)
+    agent_only = Trainer(tiny_model_path, LearnerConfig()).update([_lagging("agent", [0, 0], 1.0, "a")])
+    assert (agent_only["staleness_designer"], agent_only["staleness_designer_max"]) == (0.0, 0.0)
+
+
+def test_a_flushed_designer_batch_with_sample_norm_weighs_each_sample_as_a_normal_step(tiny_model_path):
+    """The final designer-only flush (TrainBatch.sample_norm = N): its gradient equals those samples' contribution
+    inside an N-sample batch, here one whose other samples have advantage 0 (counted, with no gradient)."""
+    import msgspec
+
+    samples = _on_policy_samples(tiny_model_path)  # p0, p2, p4 designer; p1, p3, p5 agent
+    designers = [s for s in samples if s.role == "designer"]
+    inside = [s if s.role == "designer" else msgspec.structs.replace(s, advantage=0.0) for s in samples]
+    config = LearnerConfig(learning_rate=1e-3, micro_batch_tokens=24)
+    normal, normal_grads = _gradients_of_one_update(Trainer(tiny_model_path, config), inside)
+    unscaled, _ = _gradients_of_one_update(Trainer(tiny_model_path, config), designers)
+    trainer = Trainer(tiny_model_path, config)
+    flushed, flushed_grads = _gradients_of_one_update(trainer, designers, sample_norm=len(inside))
+    assert max(float(g.abs().max()) for g in normal_grads.values()) > 1e-3
+    assert flushed["loss"] == pytest.approx(normal["loss"], abs=1e-6)
+    for name, grad in normal_grads.items():
+        torch.testing.assert_close(flushed_grads[name], grad, rtol=1e-4, atol=1e-7)
+    # without it each flushed sample weighed N / n_designer = 2x its weight in a normal step
+    assert unscaled["loss"] == pytest.approx(normal["loss"] * len(inside) / len(designers), rel=1e-4)
+    with pytest.raises(ValueError, match=r"^sample_norm is 1, fewer than the batch's 3 samples"):
+        trainer.update(designers, sample_norm=1)
+
+
+def test_sample_norm_sets_each_mini_batchs_share_of_the_denominator():
+    from learner.packing import plan_mini_batches, unpack
+
+    rows = [unpack(make_sample("designer", [5, 6, 7, 8], 1.0, f"d{i}")) for i in range(3)]
+    plan = plan_mini_batches(rows, {0, 1, 2}, mini_batches=2, world_size=1, micro_batch_tokens=64, sample_norm=12)
+    assert [m.samples for m in plan] == [8.0, 4.0]  # 2 and 1 samples of a batch standing for 12
+    plain = plan_mini_batches(rows, {0, 1, 2}, mini_batches=2, world_size=1, micro_batch_tokens=64)
+    assert [m.samples for m in plain] == [2.0, 1.0]

@@ -86,7 +86,9 @@ def test_rows_are_appended_one_per_policy_version(tmp_path):
     rows = _rows(path)
     assert [(r["step"], r["policy_version"]) for r in rows] == [(0, 1), (1, 2)]
     assert rows[0] == row
-    assert (rows[1]["learner_loss"], rows[1]["staleness"]) == (0.0, 0.0)
+    assert (rows[1]["learner_loss"], rows[1]["staleness"], rows[1]["staleness_designer"]) == (0.0, 0.0, 0.0)
+    by_role = log.write(2, {"step": 2}, {"staleness": 1.5, "staleness_agent": 0.5, "staleness_designer": 4.0}, 3)
+    assert (by_role["staleness"], by_role["staleness_agent"], by_role["staleness_designer"]) == (1.5, 0.5, 4.0)
 
 
 def test_a_version_written_again_replaces_its_row(tmp_path):

@@ -83,6 +83,19 @@ def test_sample_values_are_checked(fields, words):
     assert words in _problem(_play(sample=_sample(**fields)))
 
 
+def test_a_trained_token_without_a_policy_version_is_refused():
+    """The issue's reproduction: versions [-1, -1, -1, -1] with mask [0, 1, 1, 1] passed the gate before."""
+    unversioned = _sample(versions=(-1, -1, -1, -1), mask=(0, 1, 1, 1))
+    assert "3 of its 3 loss-mask tokens carry policy version -1" in _problem(_play(sample=unversioned))
+    assert "loss-mask tokens" in _problem(_play(sample=unversioned), None)  # even not leased
+    one = _sample(versions=(-1, 3, -1, 3))
+    assert "1 of its 3 loss-mask tokens" in _problem(_play(sample=one))
+    design = _sample(sample_id=DESIGN_TASK.task_id, role="designer", arm="design", env_id=DESIGN_TASK.task_id, reward=0.0, versions=(-1, 3, 3, -1))
+    assert "loss-mask tokens" in _problem(_design(sample=design), DESIGN_TASK)
+    assert _problem(_play(sample=_sample(versions=(-1, 3, 3, 3), mask=(0, 1, 1, 1)))) is None  # a prompt token may carry -1
+    assert _problem(_play(sample=_sample(versions=(-1, -1, 3, 3), mask=(0, 0, 1, 1)))) is None
+
+
 def test_a_tiny_positive_logprob_from_rounding_passes_and_unmasked_values_are_free():
     assert sample_problem(_sample(logprobs=(5.0, 1e-6, -2.0, -0.5)), vocab_size=VOCAB) is None  # position 0 is not sampled
 
