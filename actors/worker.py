@@ -9,7 +9,8 @@ key file, which `up` names) it needs no run directory: it takes the run's config
 the wire (actors/remote.py), says hello only once that is loaded, and fetches each later version whose path it
 cannot see. It reads the run's resolved `config.toml`, says hello, runs every task it is sent
 (the engine never sends more than `inference.concurrency` at once), answers each with a result, loads new
-policy versions between generation batches, and sends heartbeats. It holds no state that matters: if it dies,
+policy versions between generation batches (a task starts only once the version it names, `min_policy_version`,
+is loaded), and sends heartbeats. It holds no state that matters: if it dies,
 the engine requeues its tasks.
 """
 
@@ -170,6 +171,11 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
     async def run_task(task) -> None:
         nonlocal busy
         await follower.ready()  # a policy version being fetched over the wire: play it, not the one before
+        # The version the engine admitted the task on, loaded before its first token (the PolicyUpdate that names it
+        # comes first on this socket, so the wait is for the load; a bounded one in case the update was lost).
+        if not await batcher.hold(task.min_policy_version, wait_s=config.worker.connect_timeout_s):
+            print(f"[{worker_id}] task {task.task_id} needs policy v{task.min_policy_version}, which did not come within "
+                  f"worker.connect_timeout_s = {config.worker.connect_timeout_s:.0f} s; it runs on v{batcher.policy_version}", file=sys.stderr, flush=True)
         busy += 1
         common = dict(batcher=batcher, pool=pool, tokenizer=backend.tokenizer, play_config=config.play, worker_id=worker_id)
         try:

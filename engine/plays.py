@@ -1,13 +1,15 @@
 """A step's plays: every active environment G times without its hint and H times with it, stored as they come.
 
     stage = Plays(config, store, retired, say)      # retired: the set engine/refresh.py's Designs shares
-    played = await stage.play(step, active, run_tasks, turn)   # send, wait for the step's turn, store, retire
-    tasks = play_tasks(config, step, active)        # PlayTasks, seeded deterministically from the run's seed
+    played = await stage.play(step, active, run_tasks, turn, version)   # send, wait for the step's turn, store, retire
+    tasks = play_tasks(config, step, active, version)   # PlayTasks, seeded deterministically from the run's seed
     plays = store_plays(store, step, results)       # the PlayResults among the results, stored in one transaction
 
 Hinted plays (`play.hint_plays`): with "refresh" (the reference) only at a refresh step and only for the
 environments made there, whose designer reward reads them; with "every_step" for every active environment at
 every step. An environment without a hint (its hint calls all failed) gets none: its regret is 0.
+Each task carries `version`, the policy version the step's admission waited for, as `min_policy_version`: a
+worker loads that version before the play's first turn (actors/worker.py), so no play starts on an older one.
 A play that failed because one of its environment's calls hung (`hung`) retires the environment (`retire`, with
 `curriculum.retire_hanging_envs`): it leaves the active list and is never reused; the store keeps it valid, its
 `reason` saying "retired: ...", so a resumed run knows. The hang also costs its designer the hang penalty
@@ -55,8 +57,9 @@ def hinted_plays(config: Config, step: int, env: ActiveEnv) -> int:
     return p.hint_plays_per_env if refresh and env.designed_now else 0
 
 
-def play_tasks(config: Config, step: int, active: list[ActiveEnv]) -> list[PlayTask]:
-    """The play task's id is also the agent sample's id (actors/agent.py)."""
+def play_tasks(config: Config, step: int, active: list[ActiveEnv], version: int = 0) -> list[PlayTask]:
+    """The play task's id is also the agent sample's id (actors/agent.py); `version` is the oldest policy version
+    the plays may start on (the one the step's admission waited for)."""
     p = config.play
     tasks = []
     for env in active:
@@ -67,7 +70,7 @@ def play_tasks(config: Config, step: int, active: list[ActiveEnv]) -> list[PlayT
                         task_id=f"s{step:04d}-{env.env_id}-{arm}-{i:02d}",
                         env_id=env.env_id, skill=env.skill, code=env.code, hint=env.hint if arm == "hint" else "",
                         arm=arm, seed=play_seed(config.run.seed, env.env_id, step, arm, i), step=step,
-                        setting=config.curriculum.setting,
+                        setting=config.curriculum.setting, min_policy_version=version,
                     )
                 )
     return tasks
@@ -121,10 +124,12 @@ class Plays:
         self.retired = retired
         self.say = say
 
-    async def play(self, step: int, active: list[ActiveEnv], run_tasks: Callable[[str, list], Awaitable[list]], turn: trio.Event) -> StepPlays:
-        """The tasks go out as soon as the step is admitted; the plays are stored and the hung environments retired
-        once `turn` is set (the step before has sent its batch), so the store and `active` change in step order."""
-        results = await run_tasks(f"step {step + 1}: plays", play_tasks(self.config, step, active))
+    async def play(self, step: int, active: list[ActiveEnv], run_tasks: Callable[[str, list], Awaitable[list]], turn: trio.Event,
+                   version: int = 0) -> StepPlays:
+        """The tasks go out as soon as the step is admitted (on policy `version` at least); the plays are stored and
+        the hung environments retired once `turn` is set (the step before has sent its batch), so the store and
+        `active` change in step order."""
+        results = await run_tasks(f"step {step + 1}: plays", play_tasks(self.config, step, active, version))
         await turn.wait()
         plays = store_plays(self.store, step, results)
         for env_id in sorted(retire(self.store, self.config, self.retired, step, plays, active)):

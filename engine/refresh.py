@@ -2,7 +2,7 @@
 
     designs = Designs(config, store, sampler, rng)
     designs.seed_memory(seeds)                           # once: the seed environments, valid, in store and memory
-    result = await designs.refresh(step, run_tasks)      # RefreshResult: the active environments and counts
+    result = await designs.refresh(step, run_tasks, version)   # RefreshResult: the active environments and counts
 
 Every slot gets a design task grounded on a fresh passage and on memory examples of its skill, or, with
 probability `curriculum.edit_share` (beyond the reference), an edit task: one remembered valid environment of its
@@ -11,7 +11,8 @@ is rejected as a duplicate, and a valid edit is stored with its `parent_id`. Fai
 passages (`curriculum.design_attempts`); every attempt is stored, valid or rejected, with the validator's checks,
 and the designer's trajectory beside it. A slot left empty plays an earlier valid environment of its skill
 (`curriculum.reuse_valid_envs`), the one likeliest to give its group variance. With `curriculum.use_corpus = false`
-the designer gets no passage.
+the designer gets no passage. Each design task carries `version` (the policy version the refresh's admission waited
+for) as `min_policy_version`: the worker designs on that version at least.
 Without a designer (`curriculum.design = false`) each refresh draws its environments without replacement from the
 fixed pool (`curriculum.fixed_envs`, or the seeds; engine/curriculum.py `pool_draw`).
 
@@ -140,7 +141,7 @@ class Designs:
                         )
                     )
 
-    def task(self, step: int, slot: int, skill: str, attempt: int, memory: list[MemoryRecord]) -> DesignTask:
+    def task(self, step: int, slot: int, skill: str, attempt: int, memory: list[MemoryRecord], version: int = 0) -> DesignTask:
         c = self.config.curriculum
         if c.edit_share > 0 and self.rng.random() < c.edit_share:
             parent = self.parent(skill, memory)
@@ -148,7 +149,7 @@ class Designs:
                 return DesignTask(
                     task_id=design_id(step, slot, attempt), skill=skill, skill_description=skill_description(skill),
                     passage_id="", passage="", examples=[], negatives=[], attempt=attempt, step=step, setting=c.setting,
-                    parent=parent, parent_id=parent.env_id, edit_mode=c.edit_mode,
+                    parent=parent, parent_id=parent.env_id, edit_mode=c.edit_mode, min_policy_version=version,
                 )
         passage = self.sampler.sample() if c.use_corpus else Passage("", "")
         return DesignTask(
@@ -162,6 +163,7 @@ class Designs:
             attempt=attempt,
             step=step,
             setting=c.setting,
+            min_policy_version=version,
         )
 
     def parent(self, skill: str, memory: list[MemoryRecord]) -> MemoryExample | None:
@@ -218,7 +220,7 @@ class Designs:
 
         return ActiveEnv.of(max(sorted(candidates, key=lambda e: e.env_id), key=rank), designed_now=False)
 
-    async def refresh(self, step: int, run_tasks: RunTasks) -> RefreshResult:
+    async def refresh(self, step: int, run_tasks: RunTasks, version: int = 0) -> RefreshResult:
         c = self.config.curriculum
         k = c.refresh_interval
         skills = slot_skills(active_skills(c.skills, c.skills_per_refresh, step // k), c.envs_per_step)
@@ -233,7 +235,7 @@ class Designs:
             open_slots = [i for i, env in enumerate(chosen) if env is None]
             if not open_slots:
                 break
-            tasks = [self.task(step, i, skills[i], attempt, memory) for i in open_slots]
+            tasks = [self.task(step, i, skills[i], attempt, memory, version) for i in open_slots]
             requested += len(tasks)
             results = await run_tasks(f"step {step + 1}: designs (attempt {attempt})", tasks)
             results = await revalidate_designs(self.config, tasks, results, run_tasks)  # engine/revalidate.py

@@ -5,7 +5,8 @@ Each step s (0-based) calls each stage once, in this order:
    verdicts; a slot left empty plays an earlier valid environment of its skill.
 2. plays (engine/plays.py): once the learner is at most `run.max_staleness` versions behind the policy version that
    will train step s's batch (admission control), play every active environment G times without its hint and H
-   times with it (`play.hint_plays`); store them; retire environments that hung.
+   times with it (`play.hint_plays`); store them; retire environments that hung. The tasks carry the admitted
+   version (`admitted_version`), and a worker loads it before it starts them.
 3. batches (engine/batches.py): agent advantages of the unhinted plays (`play.train_hint_plays` adds the hinted),
    stale samples dropped, the designer samples whose reward fell due at s.
 4. designer reward (engine/designer_reward.py): close the k-step window of the environments made at s + 1 - k
@@ -106,6 +107,11 @@ class Engine:
         """The policy version that trains step's batch."""
         return step + self.version_offset
 
+    def admitted_version(self, step: int) -> int:
+        """The policy version step's admission waits for; its tasks carry it (`min_policy_version`), so no worker
+        starts them on an older one, which at `run.max_staleness = 0` would be dropped as stale."""
+        return max(0, self.training_version(step) - self.config.run.max_staleness)
+
     def agent_samples_of(self, step: int) -> int:
         """The agent samples step's batch trained (the designer ones in it were made at an earlier step)."""
         if step in self.agent_samples:
@@ -198,8 +204,8 @@ class Engine:
             refresh = RefreshResult(active=active, requested=0, valid=0, tokens=0)
             epoch_started = time.monotonic()
             if step % self.k == 0:
-                await self.hub.wait_for_version(self.training_version(step) - self.config.run.max_staleness, f"step {step + 1}")
-                refresh = await self.designs.refresh(step, self.hub.run_tasks)
+                await self.hub.wait_for_version(self.admitted_version(step), f"step {step + 1}")
+                refresh = await self.designs.refresh(step, self.hub.run_tasks, self.admitted_version(step))
                 active = refresh.active
             if not active:
                 reuse = "there are no seed environments" if self.config.curriculum.reuse_valid_envs else "curriculum.reuse_valid_envs = false leaves failed slots empty"
@@ -225,7 +231,6 @@ class Engine:
         """The steps between two refreshes. A step's plays start as soon as admission allows (the learner at most
         `run.max_staleness` versions behind it), so with a bound above 0 later steps play while earlier ones
         finish and train; each step's plays are stored, and its batch built and sent, in step order (`turn`)."""
-        bound = self.config.run.max_staleness
         done = {step: trio.Event() for step in steps}
         turn = {step: trio.Event() for step in steps}  # set once the step before has sent its batch
         turn[steps.start].set()
@@ -233,14 +238,14 @@ class Engine:
         started: dict[int, float] = {}
 
         async def play(step: int) -> None:
-            played[step] = await self.plays.play(step, refresh.active, self.hub.run_tasks, turn[step])
+            played[step] = await self.plays.play(step, refresh.active, self.hub.run_tasks, turn[step], self.admitted_version(step))
             done[step].set()
 
         async def admit(nursery) -> None:
             for step in steps:  # the budget is checked for all but the first (it started with its refresh)
                 if step > steps.start and self.time_up(step):
                     break
-                await self.hub.wait_for_version(self.training_version(step) - bound, f"step {step + 1}")
+                await self.hub.wait_for_version(self.admitted_version(step), f"step {step + 1}")
                 if step > steps.start and self.time_up(step):
                     break
                 started[step] = epoch_started if step == steps.start else time.monotonic()  # a refresh counts

@@ -4,9 +4,12 @@
     await nursery.start(batcher.run)
     generation = await batcher.generate(request)      # from any actor task
     batcher.request_weights(version, path)            # applied before the next batch
+    await batcher.hold(version, wait_s=60)            # until that version (or a newer one) is loaded
 
 The backend runs in one worker thread owned by `run`; the request channel is bounded, so actors wait when the
 backend falls behind. A natively concurrent backend (one with `generate_async`) gets each request as it comes.
+A weight load runs alone (`_lock`): a request that comes while one runs waits for it and is generated on the new
+version, and a batch of a thread-driven backend never overlaps a load.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class Batcher:
         self._send, self._receive = trio.open_memory_channel[_Pending](max_batch * 4)
         self._weights: tuple[int, str] | None = None  # the newest version requested and not yet loading
         self._newest = backend.policy_version  # the newest version loaded, loading or pending
+        self._requested = trio.Event()  # set, and replaced, whenever a newer version is requested
+        self._lock = trio.Lock()  # held by a weight load, and by a thread-driven batch (generate must not overlap a load)
         self._batches = self._requests = self._tokens = 0
         self._busy = 0.0
 
@@ -56,6 +61,20 @@ class Batcher:
         if version > self._newest:
             self._newest = version
             self._weights = (version, path)
+            self._requested.set()
+            self._requested = trio.Event()
+
+    async def hold(self, version: int, *, wait_s: float) -> bool:
+        """Until the backend holds `version` or a newer one. A version already requested is loaded now (not at the
+        next request); one not requested yet (its PolicyUpdate on its way, or being fetched) is waited for, at most
+        `wait_s` seconds. False when it did not come in time: the caller goes on with the version loaded."""
+        if self.backend.policy_version >= version:
+            return True
+        with trio.move_on_after(wait_s):
+            while self._newest < version:
+                await self._requested.wait()
+        await self._apply_weights()  # the pending version, or the end of a load already running
+        return self.backend.policy_version >= version
 
     async def generate(self, request: GenerationRequest) -> Generation:
         pending = _Pending(request)
@@ -68,17 +87,21 @@ class Batcher:
     def statistics(self) -> BatcherStatistics:
         return BatcherStatistics(self._batches, self._requests, self._tokens, self._busy, self.backend.policy_version)
 
-    async def _apply_weights(self) -> None:
+    async def _load_pending(self) -> None:
+        """Load the requested version, if any; the caller holds `_lock`."""
         if self._weights is not None:
             version, path = self._weights
             self._weights = None
             await trio.to_thread.run_sync(self.backend.load_weights, path, version)
 
+    async def _apply_weights(self) -> None:
+        async with self._lock:
+            await self._load_pending()
+
     async def _serve_one(self, pending: _Pending) -> None:
-        if self._weights is not None:
-            version, path = self._weights
-            self._weights = None
-            await trio.to_thread.run_sync(self.backend.load_weights, path, version)  # requests go on meanwhile
+        # Through the lock: a request that comes while a load runs waits for it, so it is not generated on the old
+        # version (the first requests of a step's plays used to, and were dropped as stale at run.max_staleness = 0).
+        await self._apply_weights()
         started = time.perf_counter()
         try:
             pending.result = await self.backend.generate_async(pending.request)
@@ -109,14 +132,15 @@ class Batcher:
                     batch.append(self._receive.receive_nowait())
                 except trio.WouldBlock:
                     break
-            await self._apply_weights()
-            started = time.perf_counter()
-            try:
-                results = await trio.to_thread.run_sync(self.backend.generate, [p.request for p in batch])
-                if len(results) != len(batch):
-                    raise RuntimeError(f"backend {self.backend.name} returned {len(results)} generations for {len(batch)} requests")
-            except Exception as exc:  # a backend failure fails these requests, not the worker
-                results = [exc] * len(batch)
+            async with self._lock:  # a load waits for this batch, and this batch for a load (`hold`)
+                await self._load_pending()
+                started = time.perf_counter()
+                try:
+                    results = await trio.to_thread.run_sync(self.backend.generate, [p.request for p in batch])
+                    if len(results) != len(batch):
+                        raise RuntimeError(f"backend {self.backend.name} returned {len(results)} generations for {len(batch)} requests")
+                except Exception as exc:  # a backend failure fails these requests, not the worker
+                    results = [exc] * len(batch)
             self._busy += time.perf_counter() - started
             self._batches += 1
             self._requests += len(batch)

@@ -181,6 +181,8 @@ class DesignTask(_Msg, tag="design_task"):
     parent: MemoryExample | None = None
     parent_id: str = ""  # its env_id
     edit_mode: str = "numbers"  # numbers: new integer constants for the parent (actors/edits.py); code: the whole code
+    # The policy version admission waited for (engine/run.py): the worker loads it before generating (actors/worker.py).
+    min_policy_version: int = 0
 
 
 class PlayTask(_Msg, tag="play_task"):
@@ -193,6 +195,9 @@ class PlayTask(_Msg, tag="play_task"):
     seed: int
     step: int
     setting: Setting = "games"
+    # The policy version admission waited for: the worker loads it before the first turn, so at `run.max_staleness = 0`
+    # no play starts on the version before and is then dropped as stale (actors/worker.py).
+    min_policy_version: int = 0
 
 
 class PolicyUpdate(_Msg, tag="policy_update"):

@@ -49,21 +49,25 @@ class FakeHub:
 class FakeDesigns:
     def __init__(self, calls, active):
         self.calls, self.active = calls, active
+        self.versions = {}  # step -> the policy version its design tasks may start on
 
     def seed_memory(self, seeds):
         pass
 
-    async def refresh(self, step, run_tasks):
+    async def refresh(self, step, run_tasks, version=0):
         self.calls.append(("refresh", step))
+        self.versions[step] = version
         return RefreshResult(active=list(self.active), requested=1, valid=len(self.active), tokens=0)
 
 
 class FakePlays:
     def __init__(self, calls):
         self.calls = calls
+        self.versions = {}  # step -> the policy version its play tasks may start on
 
-    async def play(self, step, active, run_tasks, turn):
+    async def play(self, step, active, run_tasks, turn, version=0):
         self.calls.append(("plays", step))
+        self.versions[step] = version
         await turn.wait()
         return StepPlays(results=[], plays=[])
 
@@ -158,6 +162,17 @@ def test_a_spent_budget_ends_the_run_after_the_steps_already_started(tmp_path, m
     trio.run(engine.curriculum)
     assert calls == [*_step(0, refresh=True), *_step(1, checkpoint=True)]  # step 2 never starts; step 1 is the last
     assert engine.steps == 2 and engine.store.state().finished
+    engine.store.close()
+
+
+@pytest.mark.parametrize("bound", [0, 1])
+def test_the_tasks_of_a_step_carry_the_version_its_admission_waited_for(tmp_path, monkeypatch, bound):
+    """Step s is admitted once the learner publishes training_version(s) - run.max_staleness; its tasks carry that
+    version, which the worker loads before it starts them (actors/worker.py)."""
+    engine, _ = _engine(tmp_path, monkeypatch, "run.steps=5", f"run.max_staleness={bound}")
+    trio.run(engine.curriculum)
+    assert engine.plays.versions == {s: max(0, s - bound) for s in range(5)}
+    assert engine.designs.versions == {s: max(0, s - bound) for s in (0, 2, 4)}
     engine.store.close()
 
 

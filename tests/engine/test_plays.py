@@ -46,6 +46,11 @@ def test_hinted_plays_only_at_a_refresh_step_for_environments_made_there():
     assert arms(every) == [("e1", "hint"), ("e2", "hint")]  # an environment without a hint never gets one
 
 
+def test_every_task_carries_the_version_it_may_start_on():
+    assert {t.min_policy_version for t in play_tasks(_config(), 4, [_env("e1"), _env("e2")], version=3)} == {3}
+    assert {t.min_policy_version for t in play_tasks(_config(), 4, [_env("e1")])} == {0}  # no bound given: any version
+
+
 def test_an_arm_with_no_plays_sends_nothing():
     tasks = play_tasks(_config(g=0, h=2), 0, [_env("e1")])
     assert [t.arm for t in tasks] == ["hint", "hint"]

@@ -188,6 +188,20 @@ def test_refresh_retries_only_the_failed_slots_and_stores_every_attempt(tmp_path
     store.close()
 
 
+def test_every_design_task_carries_the_version_it_may_start_on(tmp_path):
+    designs, store = _stored(tmp_path)
+    workers = Workers(VERDICTS)
+    trio.run(designs.refresh, 2, workers, 5)
+    assert {t.min_policy_version for _, batch in workers.calls for t in batch} == {5}  # retries too
+    store.close()
+    edits, store = _edit_designs(tmp_path / "edits")
+    workers = EditWorkers(lambda task: VARIANT)
+    trio.run(edits.refresh, 0, workers, 4)
+    [task] = workers.calls[0][1]
+    assert task.parent is not None and task.min_policy_version == 4
+    store.close()
+
+
 def test_refresh_stops_once_every_slot_is_filled(tmp_path):
     designs, store = _stored(tmp_path)
     workers = Workers(default="valid")
