@@ -19,7 +19,7 @@ from engine.protocol.errors import InputError
 from engine.protocol.messages import PlayResult, Sample, unpack_ints, unpack_mask
 from engine.rewards import group_advantages, returns_by_group
 from storage.records import BatchEntry, BatchRecord
-from storage.store import Store, trajectory_key
+from storage.store import Store, trajectory_key, trajectory_prefix
 
 
 class MissingTrajectory(InputError):
@@ -102,3 +102,9 @@ def stored_batch_samples(store: Store, record: BatchRecord) -> list[Sample]:
             raise MissingTrajectory(f"batch {record.version} names trajectory {entry.trajectory_key}, which is not in the store")
         samples.append(msgspec.structs.replace(trajectory.sample, advantage=entry.advantage, reward=entry.reward))
     return samples
+
+
+def stored_agent_samples(store: Store, step: int) -> int:
+    """The agent samples step's stored batch trained (the designer ones in it were made at an earlier step); 0 if none."""
+    record = next((r for r in store.batches() if r.step == step), None)
+    return sum(1 for e in record.entries if e.trajectory_key.startswith(trajectory_prefix(step))) if record else 0

@@ -35,7 +35,7 @@ import time
 
 import trio
 
-from engine.batches import MissingTrajectory, StepBatch, batch_record, step_batch, stored_batch_samples
+from engine.batches import MissingTrajectory, StepBatch, batch_record, step_batch, stored_agent_samples, stored_batch_samples
 from engine.curriculum import ActiveEnv, PassageSampler, SeedEnvironment, load_corpus
 from engine.designer_reward import DesignerQueue, close_cut_window, designer_step
 from engine.evaluation import InLoopEval
@@ -51,7 +51,7 @@ from engine.protocol.messages import PolicyPublished, Sample
 from engine.protocol.paths import RunPaths
 from engine.refresh import Designs, RefreshResult
 from storage.records import RunState
-from storage.store import Store, trajectory_prefix
+from storage.store import Store
 
 
 class Engine:
@@ -112,20 +112,13 @@ class Engine:
         starts them on an older one, which at `run.max_staleness = 0` would be dropped as stale."""
         return max(0, self.training_version(step) - self.config.run.max_staleness)
 
-    def agent_samples_of(self, step: int) -> int:
-        """The agent samples step's batch trained (the designer ones in it were made at an earlier step)."""
-        if step in self.agent_samples:
-            return self.agent_samples[step]
-        record = next((r for r in self.store.batches() if r.step == step), None)  # a step of the run before a resume
-        return sum(1 for e in record.entries if e.trajectory_key.startswith(trajectory_prefix(step))) if record else 0
-
     def close_cut_window(self) -> None:
         """Reward the designs of a last refresh window the run's end cut short (engine/designer_reward.py), once."""
         last = self.steps - 1
         if last < 0 or self.cut_closed == last:
             return
         self.cut_closed = last
-        designs = close_cut_window(self.store, self.config, self.designer_queue, last, self.agent_samples_of(last))
+        designs = close_cut_window(self.store, self.config, self.designer_queue, last, self.agent_samples.get(last) or stored_agent_samples(self.store, last))
         if designs:
             self.cut_designs += designs
             played = last % self.k + 1
@@ -215,7 +208,7 @@ class Engine:
         self.close_cut_window()  # a no-op unless the budget ended the run after its last step's batch went out
         flush = self.designer_queue.pop(self.steps)
         if flush:  # designer samples whose reward fell due after the last step (the reference flushes them too)
-            norm = self.agent_samples_of(self.steps - 1) + len(flush)
+            norm = (self.agent_samples.get(self.steps - 1) or stored_agent_samples(self.store, self.steps - 1)) + len(flush)
             self.step_stats[self.steps] = {"step": self.steps, "flush_designer_samples": len(flush), "flush_sample_norm": norm,
                                            "cut_window_designs": self.cut_designs}
             await self.send_batch(self.steps, flush, checkpoint=True, sample_norm=norm)
