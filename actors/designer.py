@@ -86,14 +86,20 @@ async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play
     chat.add_assistant(generation)
     hint = ""
     quality = play_config.quality_checks
+    clock = time.perf_counter()
     verdict = await validate_environment(pool, code, max_turns=VALIDATION_MAX_TURNS, quality_checks=quality)
+    validate_s, hint_s = time.perf_counter() - clock, 0.0
     if verdict.valid:
         code = verdict.source
+        clock = time.perf_counter()
         hint, hint_tokens = await write_hint(code, batcher=batcher, tokenizer=tokenizer, play_config=play_config,
                                              system=setting.hint_system)
+        hint_s = time.perf_counter() - clock
         tokens += hint_tokens
         if hint:
+            clock = time.perf_counter()
             verdict = await validate_environment(pool, code, hint=hint, max_turns=VALIDATION_MAX_TURNS, quality_checks=quality)
+            validate_s += time.perf_counter() - clock
     sample = chat.sample(
         sample_id=task.task_id, role="designer", env_id=task.task_id, skill=task.skill, arm="design", step=task.step,
         reward=0.0, temperature=temperature,
@@ -114,4 +120,6 @@ async def design_environment(task: DesignTask, *, batcher, pool, tokenizer, play
         tokens_generated=tokens,
         seconds=time.perf_counter() - started,
         draws=draws,
+        validate_s=validate_s,
+        hint_s=hint_s,
     )

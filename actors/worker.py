@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import os
 import sys
+import time
 import traceback
 import uuid
 from pathlib import Path
@@ -40,11 +41,13 @@ from engine.protocol.keys import (
 )
 from engine.protocol.lifeline import cancel_on_sigterm, cancel_when_engine_gone, engine_pid
 from engine.protocol.messages import (
+    DesignResult,
     DesignTask,
     EngineToWorker,
     FetchFailed,
     Heartbeat,
     HelloAgain,
+    PlayResult,
     PlayTask,
     PolicyChunk,
     PolicyManifest,
@@ -160,22 +163,25 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
     async def heartbeat() -> None:
         beats = 0
         while True:
-            await sock.send(Heartbeat(worker_id=worker_id, policy_version=batcher.policy_version, busy=busy))
+            st = batcher.statistics()
+            await sock.send(Heartbeat(worker_id=worker_id, policy_version=batcher.policy_version, busy=busy,
+                                      generating_s=st.busy_seconds, sequence_s=st.sequence_seconds))
             beats += 1
             if beats % 15 == 0:  # a line in the worker's log now and then: is the batcher batching?
-                st = batcher.statistics()
                 mean = st.requests / st.batches if st.batches else 0.0
                 print(f"[{worker_id}] v{st.policy_version} batches {st.batches} (mean size {mean:.1f}), tokens {st.tokens_generated}, generating {st.busy_seconds:.0f} s, {busy} tasks running", flush=True)
             await trio.sleep(config.worker.heartbeat_s)
 
     async def run_task(task) -> None:
         nonlocal busy
+        waiting = time.perf_counter()
         await follower.ready()  # a policy version being fetched over the wire: play it, not the one before
         # The version the engine admitted the task on, loaded before its first token (the PolicyUpdate that names it
         # comes first on this socket, so the wait is for the load; a bounded one in case the update was lost).
         if not await batcher.hold(task.min_policy_version, wait_s=config.worker.connect_timeout_s):
             print(f"[{worker_id}] task {task.task_id} needs policy v{task.min_policy_version}, which did not come within "
                   f"worker.connect_timeout_s = {config.worker.connect_timeout_s:.0f} s; it runs on v{batcher.policy_version}", file=sys.stderr, flush=True)
+        policy_wait_s = time.perf_counter() - waiting
         busy += 1
         common = dict(batcher=batcher, pool=pool, tokenizer=backend.tokenizer, play_config=config.play, worker_id=worker_id)
         try:
@@ -190,6 +196,8 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
             result = TaskFailed(task_id=task.task_id, worker_id=worker_id, reason=detail[:2000])
         finally:
             busy -= 1
+        if isinstance(result, (DesignResult, PlayResult)):  # the step account's worker reload (engine/metrics/phases.py)
+            result = msgspec.structs.replace(result, policy_wait_s=policy_wait_s)
         await sock.send(result)
 
     with trio.move_on_after(config.worker.connect_timeout_s) as waiting:

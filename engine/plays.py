@@ -114,6 +114,11 @@ class StepPlays(msgspec.Struct):
     results: list  # every result of the step's play tasks, failed tasks included
     plays: list[PlayResult]
 
+    @property
+    def reload_s(self) -> float:
+        """The longest wait of a play for its policy version (the step account's worker reload)."""
+        return max((r.policy_wait_s for r in self.plays), default=0.0)
+
 
 class Plays:
     """The plays stage of a step: one call sends its tasks, stores the plays and retires the environments that hung."""

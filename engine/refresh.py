@@ -47,6 +47,7 @@ from engine.curriculum import (
     slot_skills,
     truncate_words,
 )
+from engine.metrics.phases import design_round_split
 from engine.protocol.messages import DesignResult, DesignTask, MemoryExample, TaskFailed
 from engine.plays import retired_envs
 from engine.revalidate import revalidate_designs
@@ -72,6 +73,8 @@ class RefreshResult(msgspec.Struct, kw_only=True):
     edits_valid: int = 0  # of `valid`, the slots filled by a valid edit
     duplicates: int = 0  # edits rejected because they reproduce an environment in memory
     edit_replies: int = 0  # the edit tasks' replies (a number edit that copied its parent drew again: play.edit_draws)
+    # wall seconds by part of the refresh (engine/metrics/phases.py design_round_split, and "revalidation")
+    phase_seconds: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 def design_record(task: DesignTask, result: DesignResult | TaskFailed) -> EnvironmentRecord:
@@ -231,14 +234,20 @@ class Designs:
         memory = list(self.store.memory())
         chosen: list[ActiveEnv | None] = [None] * len(skills)
         requested = tokens = edits_requested = edits_valid = duplicates = edit_replies = 0
+        phases: dict[str, float] = {}
         for attempt in range(1, c.design_attempts + 1):
             open_slots = [i for i, env in enumerate(chosen) if env is None]
             if not open_slots:
                 break
             tasks = [self.task(step, i, skills[i], attempt, memory, version) for i in open_slots]
             requested += len(tasks)
+            started = time.monotonic()
             results = await run_tasks(f"step {step + 1}: designs (attempt {attempt})", tasks)
+            revalidating = time.monotonic()
+            for part, seconds in design_round_split(revalidating - started, results).items():
+                phases[part] = phases.get(part, 0.0) + seconds
             results = await revalidate_designs(self.config, tasks, results, run_tasks)  # engine/revalidate.py
+            phases["revalidation"] = phases.get("revalidation", 0.0) + time.monotonic() - revalidating
             with self.store.batch() as batch:
                 for slot, task, result in zip(open_slots, tasks, results):
                     edits_requested += task.parent is not None
@@ -261,7 +270,7 @@ class Designs:
                 chosen[i] = self.reuse(skills[i], {e.env_id for e in chosen if e is not None})
         return RefreshResult(active=[env for env in chosen if env is not None], requested=requested, valid=valid, tokens=tokens,
                              edits_requested=edits_requested, edits_valid=edits_valid, duplicates=duplicates,
-                             edit_replies=edit_replies)
+                             edit_replies=edit_replies, phase_seconds=phases)
 
     def fixed(self, step: int, skills: list[str]) -> RefreshResult:
         """Without a designer: this refresh's draw from the fixed pool, stored as seed environments when new."""

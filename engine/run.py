@@ -3,23 +3,18 @@
 Each step s (0-based) calls each stage once, in this order:
 1. refresh (engine/refresh.py), if s % k == 0: new environments designed by the workers, stored with their
    verdicts; a slot left empty plays an earlier valid environment of its skill.
-2. plays (engine/plays.py): once the learner is at most `run.max_staleness` versions behind the policy version that
-   will train step s's batch (admission control), play every active environment G times without its hint and H
-   times with it (`play.hint_plays`); store them; retire environments that hung. The tasks carry the admitted
-   version (`admitted_version`), and a worker loads it before it starts them.
-3. batches (engine/batches.py): agent advantages of the unhinted plays (`play.train_hint_plays` adds the hinted),
-   stale samples dropped, the designer samples whose reward fell due at s.
-4. designer reward (engine/designer_reward.py): close the k-step window of the environments made at s + 1 - k
-   (their rewards fall due at s + 1); after a refresh step, update the environment memory.
-5. the metrics row (engine/metrics/steps.py), written to `metrics.jsonl` as the step's update lands.
-6. send the batch: recorded with the run state in one transaction, then sent to the learner, which publishes the
-   next policy version.
-A last batch of designer samples whose reward falls due after the final step is flushed at the end, as the
-reference does. When the run stops inside the last refresh's window (`run.steps` not a multiple of k, or the time
-budget), those designs are rewarded over the steps played (`close_cut_window`) and flushed with them, in a line
-and the flush row's `cut_window_designs`. The flush is a designer-only batch: it carries `sample_norm`, the sample
-count of a normal step's batch (the last step's agent samples + the flushed ones), so that under the per-sample
-mean each flushed sample weighs what it would in a step's batch, not n_agent / n_designer times more.
+2. plays (engine/plays.py): once the learner is at most `run.max_staleness` versions behind the version that trains
+   step s's batch (admission control), play every active environment G times without its hint and H times with it;
+   store them; retire environments that hung. Tasks carry the admitted version, which a worker loads first.
+3. batches (engine/batches.py): agent advantages, stale samples dropped, the designer samples due at s.
+4. designer reward (engine/designer_reward.py): close the k-step window of the environments made at s + 1 - k;
+   after a refresh step, update the environment memory.
+5. the metrics row (engine/metrics/steps.py), its time by phase (metrics/phases.py) too, written as the update lands.
+6. send the batch: recorded with the run state in one transaction, then sent to the learner.
+Designer samples whose reward falls due after the final step are flushed at the end, as the reference does; a last
+refresh window the run's end cut short is rewarded over the steps played (`close_cut_window`) and flushed too. The
+flush carries `sample_norm` (the last step's agent samples + the flushed ones), so that under the per-sample mean
+each flushed sample weighs what it would in a step's batch.
 
 Policy versions: the learner publishes `policy_version`; batch i is trained by version i and makes i + 1, so
 `hub.target_version` (the batches sent) is where the learner will be once it has trained them all, and step s's
@@ -41,6 +36,7 @@ from engine.designer_reward import DesignerQueue, close_cut_window, designer_ste
 from engine.evaluation import InLoopEval
 from engine.metrics.curriculum_signals import curriculum_metrics
 from engine.metrics.live import LiveView
+from engine.metrics.phases import StepClock
 from engine.metrics.steps import MetricsLog, StepOutcome, step_metrics, window_share
 from engine.metrics.trackers import log_to_trackers
 from engine.peers.hub import Hub
@@ -68,6 +64,8 @@ class Engine:
         self.metrics = MetricsLog(paths.metrics)
         self.evaluation = InLoopEval(config, paths, seeds, say=view.line)
         self.hub = hub or Hub(config, paths, view, on_published=self.published)
+        self.clock = StepClock()  # each step's time by phase (engine/metrics/phases.py)
+        self.hub.on_heartbeat = self.clock.heartbeat
         self.k = config.curriculum.refresh_interval
         self.version_offset = 0  # versions tied to no step (see the module docstring)
         self.step_stats: dict[int, dict] = {}
@@ -91,6 +89,7 @@ class Engine:
     # ------------------------------------------------------------------ the learner's side
     def published(self, message: PolicyPublished) -> None:
         """A new policy version: record it, write the metrics row of its step, start its evaluation when due."""
+        self.clock.learner_published(message.metrics.get("learner_update_s", 0.0), message.metrics.get("learner_publish_s", 0.0))
         with self.store.batch() as batch:
             state = self.store.state()
             state.policy_version = message.version
@@ -192,13 +191,16 @@ class Engine:
         if self.config.run.minutes:
             self.deadline = time.monotonic() + self.config.run.minutes * 60
             self.view.budget_started()
+        self.clock.begin()
         while not self.time_up(step):
             epoch_end = min(self.steps, (step // self.k + 1) * self.k)
             refresh = RefreshResult(active=active, requested=0, valid=0, tokens=0)
             epoch_started = time.monotonic()
             if step % self.k == 0:
-                await self.hub.wait_for_version(self.admitted_version(step), f"step {step + 1}")
-                refresh = await self.designs.refresh(step, self.hub.run_tasks, self.admitted_version(step))
+                with self.clock.span(step, "admission"):
+                    await self.hub.wait_for_version(self.admitted_version(step), f"step {step + 1}")
+                with self.clock.span(step, "refresh"):
+                    refresh = await self.designs.refresh(step, self.hub.run_tasks, self.admitted_version(step))
                 active = refresh.active
             if not active:
                 reuse = "there are no seed environments" if self.config.curriculum.reuse_valid_envs else "curriculum.reuse_valid_envs = false leaves failed slots empty"
@@ -231,14 +233,16 @@ class Engine:
         started: dict[int, float] = {}
 
         async def play(step: int) -> None:
-            played[step] = await self.plays.play(step, refresh.active, self.hub.run_tasks, turn[step], self.admitted_version(step))
+            with self.clock.span(step, "plays"):
+                played[step] = await self.plays.play(step, refresh.active, self.hub.run_tasks, turn[step], self.admitted_version(step))
             done[step].set()
 
         async def admit(nursery) -> None:
             for step in steps:  # the budget is checked for all but the first (it started with its refresh)
                 if step > steps.start and self.time_up(step):
                     break
-                await self.hub.wait_for_version(self.admitted_version(step), f"step {step + 1}")
+                with self.clock.span(step, "admission"):
+                    await self.hub.wait_for_version(self.admitted_version(step), f"step {step + 1}")
                 if step > steps.start and self.time_up(step):
                     break
                 started[step] = epoch_started if step == steps.start else time.monotonic()  # a refresh counts
@@ -264,28 +268,24 @@ class Engine:
     async def finish_step(self, step: int, played: StepPlays, refresh: RefreshResult, seconds: float) -> None:
         """The stages of a step after its plays: its batch, the designer reward, the metrics row, the send."""
         c = self.config
-        batch = step_batch(played.plays, self.designer_queue.pop(step), train_hint=c.play.train_hint_plays,
-                           trained_at=self.hub.target_version, bound=c.run.max_staleness)
-        designer_step(self.store, c, self.designer_queue, step, len(batch.agent), refresh.active, played.plays)
-        self.step_stats[step] = await self.metrics_row(step, played, batch, refresh, seconds)
-        self.agent_samples[step] = len(batch.agent)
-        self.time_up(self.admitted)  # a budget spent now ends the run after the steps already started
-        if step == self.steps - 1:  # before the checkpoint flag: a cut window's designs make a flush
-            self.close_cut_window()
-        checkpoint = step == self.steps - 1 and not self.designer_queue.waiting(self.steps)
+        with self.clock.span(step, "engine"):
+            batch = step_batch(played.plays, self.designer_queue.pop(step), train_hint=c.play.train_hint_plays,
+                               trained_at=self.hub.target_version, bound=c.run.max_staleness)
+            designer_step(self.store, c, self.designer_queue, step, len(batch.agent), refresh.active, played.plays)
+            stats = await self.metrics_row(step, played, batch, refresh, seconds)
+            self.agent_samples[step] = len(batch.agent)
+            self.time_up(self.admitted)  # a budget spent now ends the run after the steps already started
+            if step == self.steps - 1:  # before the checkpoint flag: a cut window's designs make a flush
+                self.close_cut_window()
+            checkpoint = step == self.steps - 1 and not self.designer_queue.waiting(self.steps)
+        # the step's time by phase, up to its send (engine/metrics/phases.py); the row is written once the update lands
+        self.step_stats[step] = stats | self.clock.close(step, refresh.phase_seconds | {"plays_reload": played.reload_s})
         await self.send_batch(step, batch.samples, checkpoint=checkpoint, active=refresh.active)
 
     async def metrics_row(self, step: int, played: StepPlays, batch: StepBatch, refresh: RefreshResult, seconds: float) -> dict:
         """The step's metrics (written once its update lands, in `published`)."""
         plays = played.plays
-        outcome = StepOutcome(
-            step=step, plays=plays, results=played.results, agent_samples=len(batch.agent), designer_samples=len(batch.designer),
-            zero_variance_groups=batch.zero_variance_groups, dropped_stale=batch.dropped_stale, envs_requested=refresh.requested,
-            envs_valid=refresh.valid, tokens=refresh.tokens + sum(r.tokens_generated for r in plays), seconds=seconds,
-            agent_groups=batch.agent_groups, edits_requested=refresh.edits_requested, edits_valid=refresh.edits_valid,
-            duplicates=refresh.duplicates, edit_replies=refresh.edit_replies,
-        )
-        stats = step_metrics(outcome, k=self.k, env_slots=self.config.curriculum.envs_per_step, isolation=self.hub.isolation)
+        stats = step_metrics(StepOutcome.of(step, played, batch, refresh, seconds), k=self.k, env_slots=self.config.curriculum.envs_per_step, isolation=self.hub.isolation)
         trained_at = self.hub.target_version
         # In a thread (LMDB readers may): the embedding pass takes seconds, and the hub must go on serving peers.
         stats |= await trio.to_thread.run_sync(

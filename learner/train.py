@@ -44,6 +44,7 @@ def apply_batch(trainer, paths: RunPaths, config: Config, batch: TrainBatch) -> 
     """Update, publish and maybe checkpoint: what every rank does with a TrainBatch (rank 0 writes the files)."""
     from learner import guards  # a batch the learner cannot train on is refused (learner/guards.py)
 
+    started = time.perf_counter()
     if config.learner.simulated_update_s > 0:  # benchmarks: a paced stand-in for the update; the loop stays real
         time.sleep(config.learner.simulated_update_s)
         metrics = {"simulated_update_s": config.learner.simulated_update_s, "samples": float(len(batch.samples))}
@@ -51,6 +52,7 @@ def apply_batch(trainer, paths: RunPaths, config: Config, batch: TrainBatch) -> 
         metrics = guards.refused_metrics(batch.samples, problem, batch.step)  # no update; the version still advances
     else:
         metrics = trainer.update(batch.samples, sample_norm=batch.sample_norm)
+    updated = time.perf_counter()
     path = trainer.publish(paths.policy, config.learner.keep_policies)
     every = config.learner.checkpoint_every
     if batch.checkpoint or (every > 0 and trainer.version % every == 0):
@@ -62,6 +64,8 @@ def apply_batch(trainer, paths: RunPaths, config: Config, batch: TrainBatch) -> 
             tmp.symlink_to(folder.name)
             tmp.replace(latest)  # atomic: `latest` always names a complete checkpoint
             prune_checkpoints(paths.checkpoints, keep=config.learner.keep_checkpoints, current=folder)
+    # The step account's learner phases (engine/metrics/phases.py): the update, then publishing (and checkpointing).
+    metrics = {**metrics, "learner_update_s": updated - started, "learner_publish_s": time.perf_counter() - updated}
     return metrics, path
 
 

@@ -15,7 +15,7 @@ TITLES = [
     "Win rate", "Learnable share of the environment budget (Figure 6)", "Diversity", "Validation pass rate",
     "Valid designs per refresh, fresh and edited", "Groups with variance", "Rejection reasons",
     "Formula reveal", "Reward granularity", "Regret and designer reward", "Learner loss", "Generation tokens/s", "Staleness",
-    "Win rate by skill",
+    "Win rate by skill", "Time per step, by phase",
 ]
 
 

@@ -26,8 +26,44 @@ class BatcherStatistics(msgspec.Struct, frozen=True):
     batches: int
     requests: int
     tokens_generated: int
-    busy_seconds: float
+    busy_seconds: float  # wall time with at least one generation running
     policy_version: int
+    sequence_seconds: float = 0.0  # the integral of the generations running: / busy_seconds is the mean concurrency
+    load_seconds: float = 0.0  # wall time spent loading weights
+
+
+class GeneratorClock:
+    """The generator's busy time (at least one generation running) and the integral of how many run, over time.
+
+    clock.started(n) ... clock.finished(n)      # n generations begin / end (a thread batch: n at once)
+    clock.totals()                              # (busy_seconds, sequence_seconds), the running interval included
+    """
+
+    def __init__(self, now=time.perf_counter):
+        self._now = now
+        self._running = 0
+        self._since = now()
+        self._busy = 0.0
+        self._sequences = 0.0
+
+    def _advance(self) -> None:
+        now = self._now()
+        if self._running:
+            self._busy += now - self._since
+            self._sequences += (now - self._since) * self._running
+        self._since = now
+
+    def started(self, n: int = 1) -> None:
+        self._advance()
+        self._running += n
+
+    def finished(self, n: int = 1) -> None:
+        self._advance()
+        self._running -= n
+
+    def totals(self) -> tuple[float, float]:
+        self._advance()
+        return self._busy, self._sequences
 
 
 class _Pending:
@@ -50,7 +86,8 @@ class Batcher:
         self._requested = trio.Event()  # set, and replaced, whenever a newer version is requested
         self._lock = trio.Lock()  # held by a weight load, and by a thread-driven batch (generate must not overlap a load)
         self._batches = self._requests = self._tokens = 0
-        self._busy = 0.0
+        self._clock = GeneratorClock()
+        self._load_seconds = 0.0
 
     @property
     def policy_version(self) -> int:
@@ -85,14 +122,20 @@ class Batcher:
         return pending.result
 
     def statistics(self) -> BatcherStatistics:
-        return BatcherStatistics(self._batches, self._requests, self._tokens, self._busy, self.backend.policy_version)
+        busy, sequences = self._clock.totals()
+        return BatcherStatistics(self._batches, self._requests, self._tokens, busy, self.backend.policy_version,
+                                 sequence_seconds=sequences, load_seconds=self._load_seconds)
 
     async def _load_pending(self) -> None:
         """Load the requested version, if any; the caller holds `_lock`."""
         if self._weights is not None:
             version, path = self._weights
             self._weights = None
-            await trio.to_thread.run_sync(self.backend.load_weights, path, version)
+            started = time.perf_counter()
+            try:
+                await trio.to_thread.run_sync(self.backend.load_weights, path, version)
+            finally:
+                self._load_seconds += time.perf_counter() - started
 
     async def _apply_weights(self) -> None:
         async with self._lock:
@@ -102,13 +145,14 @@ class Batcher:
         # Through the lock: a request that comes while a load runs waits for it, so it is not generated on the old
         # version (the first requests of a step's plays used to, and were dropped as stale at run.max_staleness = 0).
         await self._apply_weights()
-        started = time.perf_counter()
+        self._clock.started()
         try:
             pending.result = await self.backend.generate_async(pending.request)
             self._tokens += len(pending.result.completion_ids)
         except Exception as exc:
             pending.result = exc
-        self._busy += time.perf_counter() - started
+        finally:
+            self._clock.finished()
         self._batches += 1
         self._requests += 1
         pending.done.set()
@@ -134,14 +178,15 @@ class Batcher:
                     break
             async with self._lock:  # a load waits for this batch, and this batch for a load (`hold`)
                 await self._load_pending()
-                started = time.perf_counter()
+                self._clock.started(len(batch))
                 try:
                     results = await trio.to_thread.run_sync(self.backend.generate, [p.request for p in batch])
                     if len(results) != len(batch):
                         raise RuntimeError(f"backend {self.backend.name} returned {len(results)} generations for {len(batch)} requests")
                 except Exception as exc:  # a backend failure fails these requests, not the worker
                     results = [exc] * len(batch)
-            self._busy += time.perf_counter() - started
+                finally:
+                    self._clock.finished(len(batch))
             self._batches += 1
             self._requests += len(batch)
             for pending, result in zip(batch, results):

@@ -19,6 +19,8 @@ import re
 import sys
 import time
 
+from engine.metrics.phases import biggest_phases
+
 _DESIGNS = re.compile(r"^(step \d+): designs \(attempt (\d+)\) (\d+)/(\d+)$")
 _PLAYS = re.compile(r"^(step \d+): plays (\d+)/(\d+)$")
 _LEARNER = re.compile(r"waiting for policy v(\d+) \(learner at v(\d+)\)")
@@ -81,6 +83,8 @@ class LiveView:
             + (f"reveal {reveal:.2f}  " if reveal is not None else "")
             + f"{m.get('tokens_per_s', 0.0):.0f} tok/s  loss {m.get('learner_loss', 0.0):+.4f}  "
             f"stale {m.get('staleness', 0.0):.2f}  sandbox {m.get('sandbox', '?')}"
+            + (f"  {m['time_step_s']:.0f} s: " + ", ".join(f"{phase} {seconds:.0f}" for phase, seconds in biggest_phases(m))
+               + f", generating {m.get('generator_busy_share', 0.0):.0%}" if m.get("time_step_s") else "")
         )
         if self._rich is not None:
             self._rich.step_done(m["step"] + 1, *self._designs)

@@ -45,6 +45,19 @@ class StepOutcome(msgspec.Struct, kw_only=True):
     duplicates: int = 0  # edits rejected as copies of an environment in memory
     edit_replies: int = 0  # replies the edit tasks generated (>= edits_requested: play.edit_draws)
 
+    @classmethod
+    def of(cls, step: int, played, batch, refresh, seconds: float) -> "StepOutcome":
+        """From the stages' results: the step's plays (engine/plays.py StepPlays), its batch (engine/batches.py
+        StepBatch) and its refresh (engine/refresh.py RefreshResult; counts 0 between refreshes)."""
+        plays = played.plays
+        return cls(
+            step=step, plays=plays, results=played.results, agent_samples=len(batch.agent), designer_samples=len(batch.designer),
+            zero_variance_groups=batch.zero_variance_groups, dropped_stale=batch.dropped_stale, envs_requested=refresh.requested,
+            envs_valid=refresh.valid, tokens=refresh.tokens + sum(r.tokens_generated for r in plays), seconds=seconds,
+            agent_groups=batch.agent_groups, edits_requested=refresh.edits_requested, edits_valid=refresh.edits_valid,
+            duplicates=refresh.duplicates, edit_replies=refresh.edit_replies,
+        )
+
 
 def step_metrics(o: StepOutcome, *, k: int, env_slots: int, isolation: str) -> dict:
     groups = returns_by_group(o.plays)

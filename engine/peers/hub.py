@@ -57,6 +57,8 @@ class Hub:
         self.paths = paths
         self.view = view
         self.on_published = on_published
+        # each known worker's heartbeat figures, by the id it joined as (engine/metrics/phases.py StepClock.heartbeat)
+        self.on_heartbeat: Callable[[str, float, float], None] = lambda worker_id, generating_s, sequence_s: None
         self.policy_version = 0  # the learner's newest published version
         self.policy_path = ""
         self.target_version = 0  # the version the learner reaches once every batch sent is trained
@@ -105,8 +107,10 @@ class Hub:
                     self.worker_sock.try_send_to(ident, PolicyUpdate(version=self.policy_version, path=self.policy_path))
                     self._worker_ready.set()
                 case Heartbeat():
-                    if self.dispatcher.seen(ident, message.policy_version) is None:  # e.g. attached before a restart
+                    if (state := self.dispatcher.seen(ident, message.policy_version)) is None:  # e.g. attached before a restart
                         self.worker_sock.try_send_to(ident, HelloAgain())  # dropped if it is gone or not reading
+                    else:
+                        self.on_heartbeat(state.worker_id, message.generating_s, message.sequence_s)
                 case DesignResult() | PlayResult() | ValidateResult() | TaskFailed():
                     self._complete(ident, message)
                 case WorkerBye():

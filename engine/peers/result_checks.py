@@ -13,7 +13,8 @@ A result (`DesignResult`, `PlayResult`, `ValidateResult`) passes when `result_pr
   observation token, and a trained token without a version could never be judged stale (engine/batches.py
   `drop_stale` drops such a sample too, should one get past);
 - a play's episode return finite and in [-1, 1] (also its sample's reward), every turn reward finite, turn versions
-  in range; counts and seconds finite and >= 0;
+  in range; counts and seconds finite and >= 0 (the timing figures too, a design's validation and hint time within
+  its seconds);
 - it names the worker id its sender joined as, and answers the task it was leased for: the same kind, and the
   sample's id, role, arm, env_id, skill and step (and the play's env_id, arm and seed) are the task's. Only leased
   results are screened (engine/peers/hub.py); any other is the dispatcher's lease check's (engine/peers/leases.py).
@@ -79,6 +80,18 @@ def _unversioned_problem(sample: Sample) -> str | None:
     return None
 
 
+def _timing_problem(result: DesignResult | PlayResult) -> str | None:
+    """The step account's figures (engine/metrics/phases.py): finite, >= 0, and a design's parts within its seconds."""
+    parts = ("policy_wait_s", "validate_s", "hint_s") if isinstance(result, DesignResult) else ("policy_wait_s",)
+    for name in parts:
+        value = getattr(result, name)
+        if not (_finite(value) and value >= 0):
+            return f"its {name} {value} is not a finite number >= 0"
+    if isinstance(result, DesignResult) and result.validate_s + result.hint_s > result.seconds * 1.001 + 1e-3:
+        return f"its validate_s + hint_s ({result.validate_s + result.hint_s:.3f}) exceed its seconds ({result.seconds:.3f})"
+    return None
+
+
 def _play_problem(result: PlayResult, task: PlayTask, newest_version: int) -> str | None:
     for name in ("env_id", "arm", "seed"):
         if getattr(result, name) != getattr(task, name):
@@ -118,6 +131,8 @@ def result_problem(result: Result, task, *, vocab_size: int | None, newest_versi
         return None if _finite(result.seconds) and result.seconds >= 0 else "its seconds are not a finite number >= 0"
     if not (_finite(result.seconds) and result.seconds >= 0 and result.tokens_generated >= 0):
         return "its seconds or tokens_generated are not finite numbers >= 0"
+    if problem := _timing_problem(result):
+        return problem
     sample = result.agent if isinstance(result, PlayResult) else result.designer
     if problem := sample_problem(sample, vocab_size=vocab_size, max_version=newest_version) or _unversioned_problem(sample):
         return problem

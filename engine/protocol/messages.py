@@ -84,6 +84,11 @@ class Heartbeat(_Msg, tag="heartbeat"):
     worker_id: WorkerId
     policy_version: int
     busy: int
+    # Since the worker started (actors/inference/batcher.py GeneratorClock): wall seconds its generator had at least
+    # one generation running, and the integral of how many ran; the engine's step account takes their differences
+    # (engine/metrics/phases.py). Figures only: a peer's values are checked and never steer anything.
+    generating_s: float = 0.0
+    sequence_s: float = 0.0
 
 
 class DesignResult(_Msg, tag="design_result"):
@@ -102,6 +107,9 @@ class DesignResult(_Msg, tag="design_result"):
     tokens_generated: int
     seconds: float
     draws: int = 1  # replies generated: a number edit redraws one that copies its parent (`play.edit_draws`)
+    validate_s: float = 0.0  # of `seconds`, the sandboxed validation (both passes)
+    hint_s: float = 0.0  # of `seconds`, writing the hint
+    policy_wait_s: float = 0.0  # before `seconds`: waiting for the task's policy version to load (or be fetched)
 
 
 class PlayResult(_Msg, tag="play_result"):
@@ -117,6 +125,7 @@ class PlayResult(_Msg, tag="play_result"):
     agent: Sample
     tokens_generated: int
     seconds: float
+    policy_wait_s: float = 0.0  # before `seconds`: waiting for the task's policy version to load (or be fetched)
 
 
 class TaskFailed(_Msg, tag="task_failed"):

@@ -93,3 +93,37 @@ def bar_plot(title: str, xlabel: str, ylabel: str, counts: dict[str, float]) -> 
     ax.grid(alpha=0.3, axis="y")
     ax.yaxis.get_major_locator().set_params(integer=True)
     return Figure(title, xlabel, ylabel, _save(fig), tuple(names), len(names))
+
+
+def stacked_bar_plot(title: str, xlabel: str, ylabel: str, xs: list, stacks: dict[str, list[float]], *,
+                     total: tuple[str, list[float]] | None = None, share: tuple[str, list[float]] | None = None) -> Figure:
+    """One bar per x, stacked from `stacks` (label -> a value per x; all-zero stacks are left out); `total` marks
+    each bar's expected height (a black tick); `share` (values in [0, 1]) is a line on a second axis."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.2, 3.2))
+    kept = {label: values for label, values in stacks.items() if any(v for v in values)}
+    colours = plt.get_cmap("tab20").colors
+    bottom = [0.0] * len(xs)
+    for i, (label, values) in enumerate(kept.items()):
+        ax.bar(xs, values, bottom=bottom, color=colours[i % len(colours)], label=label, width=0.8)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    if total is not None and xs:
+        ax.scatter(xs, total[1], marker="_", s=200, color="black", label=total[0], zorder=3)
+    if share is not None and xs:
+        twin = ax.twinx()
+        twin.plot(xs, share[1], color="black", linestyle=":", marker=".", label=share[0])
+        twin.set_ylim(0, 1.05)
+        twin.set_ylabel(share[0], fontsize=8)
+    if not xs:
+        ax.text(0.5, 0.5, "no data yet", ha="center", va="center", transform=ax.transAxes, color="#888")
+    else:
+        ax.legend(fontsize=7, ncol=2, loc="upper left")
+    ax.set_title(title, fontsize=11)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, axis="y")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    series = tuple(kept) + ((total[0],) if total else ()) + ((share[0],) if share else ())
+    return Figure(title, xlabel, ylabel, _save(fig), series, len(xs) * len(kept))

@@ -23,7 +23,8 @@ from engine.metrics.curriculum_signals import rejection_reason
 from engine.tools.env_table import EnvRow, environment_rows
 from engine.protocol.metrics_file import read_rows
 from engine.protocol.paths import RunPaths
-from engine.tools.plots import Figure, bar_plot, line_plot
+from engine.metrics.phases import PHASES
+from engine.tools.plots import Figure, bar_plot, line_plot, stacked_bar_plot
 
 BEST_WORST = 5
 MAX_ENV_ROWS = 500
@@ -81,7 +82,18 @@ def figures(metrics: list[dict], rejected: Counter, rewards: list) -> list[Figur
         line_plot("Win rate by skill", "step", "win rate (unhinted plays)",
                   {s: ([m["step"] for m in steps], [m.get("win_rate_by_skill", {}).get(s) for m in steps]) for s in skills} or {"no skill yet": ([], [])},
                   ylim=(-0.05, 1.05)),
+        time_figure(steps),
     ]
+
+
+def time_figure(steps: list[dict]) -> Figure:
+    """Each step's wall time by phase (engine/metrics/phases.py), the generators' busy share on a second axis."""
+    timed = [m for m in steps if "time_step_s" in m]
+    xs = [m["step"] for m in timed]
+    return stacked_bar_plot("Time per step, by phase", "step", "seconds", xs,
+                            {phase.replace("_", " "): [m.get(f"time_{phase}_s", 0.0) for m in timed] for phase in PHASES},
+                            total=("step wall time", [m["time_step_s"] for m in timed]),
+                            share=("generator busy share", [m.get("generator_busy_share", 0.0) for m in timed]))
 
 
 def learning_summary(metrics: list[dict]) -> list[list]:

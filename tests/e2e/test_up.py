@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from engine.protocol.messages import unpack_ints, unpack_mask
+from engine.metrics.phases import PHASES
 from storage.store import Store
 from tests.e2e.helpers import K, REPO, subprocess_env, up_command, up_script
 
@@ -62,6 +63,14 @@ def test_up_runs_the_whole_loop(tiny_model_path, tmp_path):
         for key in ("policy_version", "envs_requested", "envs_valid", "win_rate_no_hint", "win_rate_hint", "mean_regret", "learnable_share", "tokens_per_s", "learner_loss", "staleness"):
             assert key in m
     assert sum(m["designer_samples"] for m in metrics[:3]) == 2  # the step-0 and step-1 designs; step 2's is the flush
+    # each step's time by phase sums to its wall time (engine/metrics/phases.py): the loop leaves nothing unaccounted
+    for m in metrics[:3]:
+        phases = sum(m[f"time_{phase}_s"] for phase in PHASES)
+        assert abs(phases - m["time_step_s"]) <= 0.05 * m["time_step_s"], (m["step"], phases, {k: v for k, v in m.items() if k.startswith("time_")})
+        assert m["time_plays_s"] > 0 and m["learner"]["learner_update_s"] > 0 and 0 < m["generator_busy_share"] <= 1
+        assert m["generator_concurrency"] >= 1
+    assert metrics[0]["time_design_s"] > 0 and metrics[0]["time_validation_s"] > 0  # the refresh step designs
+    assert metrics[1]["time_learner_update_s"] > 0  # step 2 waits for step 1's update (run.max_staleness = 0)
 
     # stored trajectories can be replayed from LMDB by the command line
     replay = subprocess.run(

@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from actors.inference.batcher import Batcher
+from actors.inference.batcher import Batcher, GeneratorClock
 from tests.actors.inference.batcher_helpers import ConcurrentBackend, RecordingBackend, ask, queue, serve, until
 
 
@@ -268,3 +268,37 @@ def test_a_backend_that_answers_fewer_requests_fails_the_batch_instead_of_hangin
     serve(batcher, body)
     assert len(results) == 2  # both callers answered (one batch of 2, or two of 1 on a slow machine)
     assert all(isinstance(r, RuntimeError) and re.search(r"returned \d generations for \d requests", str(r)) for r in results.values())
+
+
+def test_the_generator_clock_counts_busy_wall_time_and_the_generations_running():
+    now = [0.0]
+    clock = GeneratorClock(now=lambda: now[0])
+    clock.started(2)  # a thread batch of two
+    now[0] = 3.0
+    clock.started()  # one more joins (a concurrent backend)
+    now[0] = 4.0
+    clock.finished(3)
+    now[0] = 10.0  # idle: counts nowhere
+    clock.started()
+    now[0] = 11.0
+    busy, sequences = clock.totals()  # the running interval counts up to now
+    assert busy == 5.0 and sequences == 2 * 3 + 3 * 1 + 1 * 1
+
+
+def test_statistics_carry_the_load_time_and_the_sequence_integral():
+    batcher = Batcher(RecordingBackend(), max_batch=3, wait_s=0.01)
+    results = {}
+
+    async def main():
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(batcher.run)
+                batcher.request_weights(2, "v2")
+                await queue(nursery, batcher, range(3), results)
+                await until(lambda: len(results) == 3)
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    stats = batcher.statistics()
+    assert stats.policy_version == 2 and stats.load_seconds >= 0.0
+    assert stats.sequence_seconds >= stats.busy_seconds >= 0.0

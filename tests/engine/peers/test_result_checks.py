@@ -50,6 +50,19 @@ def test_a_designs_draws_must_be_within_the_cap(draws):
     assert _problem(_design(draws=16), DESIGN_TASK) is None
 
 
+@pytest.mark.parametrize("value", [math.nan, math.inf, -1.0])
+def test_the_step_accounts_timing_figures_must_be_finite_and_not_negative(value):
+    assert "its policy_wait_s" in _problem(_play(policy_wait_s=value))
+    assert "its validate_s" in _problem(_design(validate_s=value), DESIGN_TASK)
+    assert "its hint_s" in _problem(_design(hint_s=value), DESIGN_TASK)
+
+
+def test_a_designs_validation_and_hint_time_fit_in_its_seconds():
+    seconds = _design().seconds
+    assert _problem(_design(validate_s=seconds / 2, hint_s=seconds / 4, policy_wait_s=99.0), DESIGN_TASK) is None
+    assert "exceed its seconds" in _problem(_design(validate_s=seconds, hint_s=seconds), DESIGN_TASK)
+
+
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1.5, -1.01])
 def test_an_episode_return_must_be_finite_and_within_one(value):
     assert "episode return" in _problem(_play(episode_return=value, sample=_sample(reward=0.0)))

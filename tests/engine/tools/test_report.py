@@ -5,7 +5,7 @@ named, not fatal; and the page rendered by headless Chromium (skipped, saying wh
 from __future__ import annotations
 
 from engine.cli import main
-from engine.tools.report import write_report
+from engine.tools.report import time_figure, write_report
 from storage.store import Store
 
 from report_checks import assert_not_blank, check_report, screenshot
@@ -56,3 +56,13 @@ def test_the_learning_summary_counts_valid_designs_variance_and_gradient_steps()
     assert summary["steps with a group of non-zero variance"] == "1 of 2"
     assert summary["groups with non-zero variance"] == "12.5% (1 of 8)"
     assert summary["learner updates with a non-zero policy gradient"] == "1 of 2 (1 optimizer steps in all)"
+
+
+def test_the_time_figure_stacks_each_steps_phases():
+    rows = [{"step": s, "envs_requested": 0, "time_step_s": 10.0 + s, "time_plays_s": 6.0, "time_admission_s": 0.0,
+             "time_learner_update_s": 3.0 + s, "time_engine_s": 1.0, "generator_busy_share": 0.5} for s in range(3)]
+    figure = time_figure(rows + [{"step": 3, "envs_requested": 0}])  # a row from before the account is left out
+    assert figure.series == ("plays", "learner update", "engine", "step wall time", "generator busy share")
+    assert figure.points == 3 * 3
+    assert_not_blank(figure.png, (520, 320))
+    assert time_figure([]).points == 0
