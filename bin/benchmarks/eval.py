@@ -25,20 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from _vllm_venv import reexec_in_vllm_venv  # noqa: E402 (this folder is sys.path[0])
 TARGET = 3.0
 SEEDS = REPO / "engine" / "protocol" / "data" / "seeds"  # the shipped seed environments, with their hints
-
-
-def _reexec_in_vllm_venv() -> None:
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        python = REPO / ".venv-vllm" / "bin" / "python"
-        if os.environ.get("SPADE_BENCH_REEXEC"):
-            sys.exit(f"vLLM does not import in {sys.executable} either: run bin/test --vllm once to make .venv-vllm")
-        subprocess.run(["bash", "-c", f"source '{REPO}/bin/_setup.sh' && spade_setup_vllm"], check=True)
-        os.environ["SPADE_BENCH_REEXEC"] = "1"
-        os.execv(str(python), [str(python), __file__, *sys.argv[1:]])
 
 
 def _eval(backend: str, models: list[str], out: Path, args) -> dict:
@@ -71,7 +60,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=0, help="new tokens per turn (default: the suite's)")
     parser.add_argument("--concurrency", type=int, default=0, help="episodes in flight (default: inference.concurrency)")
     args = parser.parse_args()
-    _reexec_in_vllm_venv()
+    reexec_in_vllm_venv(__file__)
     from engine.tools.models import ensure_default_model
 
     base = Path(ensure_default_model())

@@ -17,7 +17,6 @@ Ends with one JSON line whose `ratio` is vLLM / transformers tokens/s (target 2)
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,19 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from _vllm_venv import reexec_in_vllm_venv  # noqa: E402 (this folder is sys.path[0])
 TARGET = 2.0
-
-
-def _reexec_in_vllm_venv() -> None:
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        python = REPO / ".venv-vllm" / "bin" / "python"
-        if os.environ.get("SPADE_BENCH_REEXEC"):
-            sys.exit(f"vLLM does not import in {sys.executable} either: run bin/test --vllm once to make .venv-vllm")
-        subprocess.run(["bash", "-c", f"source '{REPO}/bin/_setup.sh' && spade_setup_vllm"], check=True)
-        os.environ["SPADE_BENCH_REEXEC"] = "1"
-        os.execv(str(python), [str(python), __file__, *sys.argv[1:]])
 
 
 def _model_path(name: str, scratch: Path) -> str:
@@ -104,7 +92,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32, help="new tokens per turn")
     parser.add_argument("--eager", action="store_true", help="vLLM without torch.compile (faster start, slower decode)")
     args = parser.parse_args()
-    _reexec_in_vllm_venv()
+    reexec_in_vllm_venv(__file__)
     import tempfile
 
     import torch
