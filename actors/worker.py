@@ -39,7 +39,7 @@ from engine.protocol.keys import (
     needs_keys,
     read_worker_key,
 )
-from engine.protocol.lifeline import cancel_on_sigterm, cancel_when_engine_gone, engine_pid
+from engine.protocol.lifeline import cancel_on_signal, cancel_when_engine_gone, engine_pid
 from engine.protocol.messages import (
     DesignResult,
     DesignTask,
@@ -208,7 +208,7 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
     if waiting.cancelled_caught:
         raise NoEngine(f"no engine answered at {address} within {config.worker.connect_timeout_s:.0f} s (is `up` running for {opts.run_dir}?)")
     nursery.start_soon(heartbeat)
-    nursery.start_soon(cancel_on_sigterm, nursery.cancel_scope)
+    nursery.start_soon(cancel_on_signal, nursery.cancel_scope)
     if (pid := engine_pid()) is not None:
         nursery.start_soon(cancel_when_engine_gone, pid, nursery.cancel_scope, f"worker {worker_id}")
     pending = [first] if first is not None else []

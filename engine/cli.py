@@ -26,6 +26,7 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -252,13 +253,24 @@ def _run_engine(config, paths, seeds, *, live: bool) -> int:
     import trio
 
     from engine.metrics.live import LiveView
+    from engine.protocol.lifeline import cancel_on_signal
     from engine.run import Engine
     from engine.tools.summary import print_summary
 
     view = LiveView(config.run.steps, enabled=None if live else False, minutes=config.run.minutes)
     engine = Engine(config, paths, seeds, view=view)
+    interrupted = []
+
+    async def run_until_ctrl_c() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_on_signal, nursery.cancel_scope, signal.SIGINT, lambda: interrupted.append(True))
+            await engine.run()
+            nursery.cancel_scope.cancel()
+
     try:
-        trio.run(engine.run)
+        trio.run(run_until_ctrl_c)
+        if interrupted:  # said as every entry point says it (engine/protocol/errors.py): "interrupted", exit 130
+            raise KeyboardInterrupt
     finally:
         view.close()
         engine.stop_children()

@@ -32,7 +32,7 @@ import zmq
 from engine.protocol.config import Config
 from engine.protocol.config_loading import read_config_file
 from engine.protocol.errors import UsageError, describe_failure
-from engine.protocol.lifeline import LEARNER_TOKEN_ENV, cancel_on_sigterm, cancel_when_engine_gone, engine_pid
+from engine.protocol.lifeline import LEARNER_TOKEN_ENV, cancel_on_signal, cancel_when_engine_gone, engine_pid
 from engine.protocol.messages import EngineToLearner, LearnerFailed, LearnerHello, PolicyPublished, Shutdown, TrainBatch
 from engine.protocol.paths import RunPaths
 from engine.protocol.transport import open_socket, train_batch_limit
@@ -99,7 +99,7 @@ async def serve_engine(trainer, paths: RunPaths, config: Config, policy_path: st
 
     limit = train_batch_limit(config)
     async with open_socket(zmq.DEALER, paths.learner_address, bind=False, decode=EngineToLearner, max_message_bytes=limit) as sock, trio.open_nursery() as nursery:
-        nursery.start_soon(cancel_on_sigterm, nursery.cancel_scope)
+        nursery.start_soon(cancel_on_signal, nursery.cancel_scope)
         if (pid := engine_pid()) is not None:
             nursery.start_soon(cancel_when_engine_gone, pid, nursery.cancel_scope, "learner")
         token = os.environ.get(LEARNER_TOKEN_ENV, "")  # the engine's secret: only this hello is taken (engine/peers/auth.py)

@@ -3,7 +3,7 @@ chance to stop them: left running, an orphaned learner would meet the next `up -
 
 The engine puts its pid in the children's environment (`SPADE_ENGINE_PID`, see engine/peers/processes.py); the worker
 and the learner (rank 0 under torchrun, whose parent is torchrun) run `cancel_when_engine_gone` beside their work,
-which cancels it (so everything closes in order) once the engine is gone; `cancel_on_sigterm` does the same on
+which cancels it (so everything closes in order) once the engine is gone; `cancel_on_signal` does the same on
 SIGTERM. An attached worker (`bin/spade-engine worker`) has no such pid and is not watched.
 """
 
@@ -52,9 +52,12 @@ async def cancel_when_engine_gone(pid: int, scope: trio.CancelScope, who: str) -
     scope.cancel()
 
 
-async def cancel_on_sigterm(scope: trio.CancelScope) -> None:
-    """SIGTERM (from the engine, or the user) cancels `scope`, so every resource closes in order."""
-    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+async def cancel_on_signal(scope: trio.CancelScope, signum: int = signal.SIGTERM, on_signal=lambda: None) -> None:
+    """`signum` (SIGTERM from the engine or the user; SIGINT for the engine's Ctrl-C) cancels `scope`, so every
+    resource closes in order; `on_signal` is called first. Through trio's signal receiver, which is woken however
+    busy the process is, not through KeyboardInterrupt, which trio may hold back while the main task waits."""
+    with trio.open_signal_receiver(signum) as signals:
         async for _ in signals:
+            on_signal()
             scope.cancel()
             return
