@@ -279,7 +279,7 @@ class Engine:
                 self.close_cut_window()
             checkpoint = step == self.steps - 1 and not self.designer_queue.waiting(self.steps)
         # the step's time by phase, up to its send (engine/metrics/phases.py); the row is written once the update lands
-        self.step_stats[step] = stats | self.clock.close(step, refresh.phase_seconds | {"plays_reload": played.reload_s})
+        self.step_stats[step] = stats | self.clock.close(step, refresh.phase_seconds, played.reload_s)
         await self.send_batch(step, batch.samples, checkpoint=checkpoint, active=refresh.active)
 
     async def metrics_row(self, step: int, played: StepPlays, batch: StepBatch, refresh: RefreshResult, seconds: float) -> dict:

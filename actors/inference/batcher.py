@@ -29,7 +29,6 @@ class BatcherStatistics(msgspec.Struct, frozen=True):
     busy_seconds: float  # wall time with at least one generation running
     policy_version: int
     sequence_seconds: float = 0.0  # the integral of the generations running: / busy_seconds is the mean concurrency
-    load_seconds: float = 0.0  # wall time spent loading weights
 
 
 class GeneratorClock:
@@ -87,7 +86,6 @@ class Batcher:
         self._lock = trio.Lock()  # held by a weight load, and by a thread-driven batch (generate must not overlap a load)
         self._batches = self._requests = self._tokens = 0
         self._clock = GeneratorClock()
-        self._load_seconds = 0.0
 
     @property
     def policy_version(self) -> int:
@@ -124,18 +122,14 @@ class Batcher:
     def statistics(self) -> BatcherStatistics:
         busy, sequences = self._clock.totals()
         return BatcherStatistics(self._batches, self._requests, self._tokens, busy, self.backend.policy_version,
-                                 sequence_seconds=sequences, load_seconds=self._load_seconds)
+                                 sequence_seconds=sequences)
 
     async def _load_pending(self) -> None:
         """Load the requested version, if any; the caller holds `_lock`."""
         if self._weights is not None:
             version, path = self._weights
             self._weights = None
-            started = time.perf_counter()
-            try:
-                await trio.to_thread.run_sync(self.backend.load_weights, path, version)
-            finally:
-                self._load_seconds += time.perf_counter() - started
+            await trio.to_thread.run_sync(self.backend.load_weights, path, version)
 
     async def _apply_weights(self) -> None:
         async with self._lock:

@@ -5,7 +5,7 @@
     with clock.span(step, "admission"): ...               # the loop's waits and stages, as they happen
     clock.learner_published(update_s, publish_s)          # each PolicyPublished (the learner's own times)
     clock.heartbeat(worker_id, generating_s, sequence_s)  # each worker heartbeat (actors/inference/batcher.py)
-    row |= clock.close(step, parts)                       # just before step's batch is sent: the account's fields
+    row |= clock.close(step, refresh_parts, plays_reload) # just before step's batch is sent: the account's fields
 
 Step s's wall time (`time_step_s`) runs from the moment step s - 1's batch went out (for the first step of a
 process, `begin`) to the moment s's goes out. The loop records spans of s as it goes; each is cut to that interval
@@ -97,12 +97,12 @@ class StepClock:
         self._generators[worker_id] = (generating_s, sequence_s)
         self._seen[worker_id] = self._now()
 
-    def close(self, step: int, parts: dict[str, float] | None = None) -> dict[str, float]:
-        """Step's account, its interval ending now; the next step's interval starts here. `parts`: the refresh's
-        split (`design_round_split` summed, revalidation) and the plays' `worker_reload`."""
+    def close(self, step: int, refresh_parts: dict[str, float] | None = None, plays_reload: float = 0.0) -> dict[str, float]:
+        """Step's account, its interval ending now; the next step's interval starts here. `refresh_parts`: the
+        refresh's split (`design_round_split` summed, and revalidation); `plays_reload`: the plays' longest wait for
+        their policy version (engine/plays.py StepPlays.reload_s)."""
         end = self._now()
         start, self._start = self._start, end
-        parts = dict(parts or {})
         times = dict.fromkeys(PHASES, 0.0)
         refresh = 0.0
         for phase, a, b in self._spans.pop(step, []):
@@ -121,10 +121,10 @@ class StepClock:
         for step_left in [s for s in self._spans if s < step]:  # spans of steps that never closed (a cut run)
             del self._spans[step_left]
         times["admission"] = max(0.0, times["admission"] - times["learner_update"] - times["publish"])
-        reload_in_plays = min(parts.pop("plays_reload", 0.0), times["plays"])
+        reload_in_plays = min(plays_reload, times["plays"])
         times["plays"] -= reload_in_plays
         times["worker_reload"] += reload_in_plays
-        refresh_parts = {name: max(0.0, parts.get(name, 0.0)) for name in REFRESH_PARTS}
+        refresh_parts = {name: max(0.0, (refresh_parts or {}).get(name, 0.0)) for name in REFRESH_PARTS}
         scale = min(1.0, refresh / sum(refresh_parts.values())) if sum(refresh_parts.values()) > 0 else 0.0
         for name, value in refresh_parts.items():
             times[name] += value * scale

@@ -285,7 +285,7 @@ def test_the_generator_clock_counts_busy_wall_time_and_the_generations_running()
     assert busy == 5.0 and sequences == 2 * 3 + 3 * 1 + 1 * 1
 
 
-def test_statistics_carry_the_load_time_and_the_sequence_integral():
+def test_statistics_carry_the_sequence_integral():
     batcher = Batcher(RecordingBackend(), max_batch=3, wait_s=0.01)
     results = {}
 
@@ -300,5 +300,5 @@ def test_statistics_carry_the_load_time_and_the_sequence_integral():
 
     trio.run(main)
     stats = batcher.statistics()
-    assert stats.policy_version == 2 and stats.load_seconds >= 0.0
+    assert stats.policy_version == 2
     assert stats.sequence_seconds >= stats.busy_seconds >= 0.0

@@ -37,7 +37,7 @@ def test_a_synchronous_step_is_admission_then_plays_then_the_engine():
         t.advance(10.0)
     with clock.span(1, "engine"):
         t.advance(1.5)
-    account = clock.close(1, {"plays_reload": 0.75})
+    account = clock.close(1, plays_reload=0.75)
     assert account["time_step_s"] == 15.0
     assert account["time_learner_update_s"] == 2.0 and account["time_publish_s"] == 1.0 and account["time_admission_s"] == 0.5
     assert account["time_plays_s"] == 9.25 and account["time_worker_reload_s"] == 0.75 and account["time_engine_s"] == 1.5
