@@ -24,7 +24,8 @@ the e2e run check within 5 %).
 `generator_busy_share`: the share of the step's wall time the workers' generators had at least one generation
 running (summed over workers, over workers x wall time); `generator_concurrency`: the mean number of generations
 running while busy. From the heartbeats (every `worker.heartbeat_s`), so a figure lags by up to one heartbeat at
-either end of the step. A worker's figures are checked (finite, not going back) and never steer anything.
+either end of the step. A worker's figures are checked (finite, >= 0; figures that go back start its count
+again) and never steer anything.
 """
 
 from __future__ import annotations
