@@ -148,7 +148,6 @@ async def evaluate_model(model: ModelRef, suite: Suite, results, *, make_backend
                          progress: Progress, rg: ReasoningGymProcess | None, answer=oracle_reply) -> int:
     """Play every item of `suite` that `results` lacks for `model`; returns how many were played."""
     from actors.evaluation.oracle import OracleBackend
-    from actors.inference.batcher import Batcher
 
     todo = [item for item in suite.items if not results.done(result_key(model, suite, item))]
     if not todo:
@@ -157,6 +156,20 @@ async def evaluate_model(model: ModelRef, suite: Suite, results, *, make_backend
     backend = await trio.to_thread.run_sync(make_backend, model.path)
     oracle = backend if isinstance(backend, OracleBackend) else None
     needs_pool = any(item.kind in ("code", "env") for item in todo)
+    try:
+        await _play_all(model, suite, results, todo, backend, oracle, needs_pool, config=config, play_config=play_config,
+                        concurrency=concurrency, progress=progress, rg=rg, answer=answer)
+    finally:  # the next model's backend starts with this one's processes and memory given back (vLLM's engine core)
+        if hasattr(backend, "close"):
+            with trio.CancelScope(shield=True):  # also after Ctrl-C
+                await trio.to_thread.run_sync(backend.close)
+    return len(todo)
+
+
+async def _play_all(model, suite, results, todo, backend, oracle, needs_pool, *, config, play_config, concurrency,
+                    progress, rg, answer) -> None:
+    from actors.inference.batcher import Batcher
+
     async with contextlib.AsyncExitStack() as stack:
         pool = await stack.enter_async_context(_open_pool(config, max(1, min(concurrency, config.sandbox.workers)))) if needs_pool else None
         nursery = await stack.enter_async_context(trio.open_nursery())
@@ -180,4 +193,3 @@ async def evaluate_model(model: ModelRef, suite: Suite, results, *, make_backend
             for item in todo:
                 episodes.start_soon(one, item)
         nursery.cancel_scope.cancel()
-    return len(todo)

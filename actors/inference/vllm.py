@@ -49,6 +49,8 @@ from engine.protocol.errors import InputError, RunFailed
 INSTALL_HINT = "pip install -e '.[gpu]' on a GPU machine, or run from .venv-vllm (made by bin/test --vllm) on CPU"
 START_TIMEOUT_S = 1800.0  # building the engine (loading, compiling, profiling) may take this long
 CPU_KV_CACHE_GB = 1.0
+# vLLM logs to stdout by default; ours is for results (`eval --json` prints its table there), so its lines go to stderr
+os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
 
 class VLLMMissing(InputError, RuntimeError):
