@@ -88,9 +88,9 @@ def step_batch(plays: list[PlayResult], due: list[Sample], *, train_hint: bool, 
     return StepBatch(agent=samples, designer=due, zero_variance_groups=zero_groups, agent_groups=groups, dropped_stale=too_stale)
 
 
-def batch_record(version: int, step: int, samples: list[Sample], checkpoint: bool) -> BatchRecord:
+def batch_record(version: int, step: int, samples: list[Sample], checkpoint: bool, sample_norm: int = 0) -> BatchRecord:
     entries = [BatchEntry(trajectory_key(s.step, s.sample_id), s.advantage, s.reward) for s in samples]
-    return BatchRecord(version=version, step=step, checkpoint=checkpoint, entries=entries)
+    return BatchRecord(version=version, step=step, checkpoint=checkpoint, entries=entries, sample_norm=sample_norm)
 
 
 def stored_batch_samples(store: Store, record: BatchRecord) -> list[Sample]:

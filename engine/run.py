@@ -128,7 +128,7 @@ class Engine:
                          sample_norm: int = 0) -> None:
         """Record the batch (and the run state after this step) in one transaction, then send it."""
         with self.store.batch() as batch:
-            batch.put_batch(batch_record(self.hub.target_version, step, samples, checkpoint))
+            batch.put_batch(batch_record(self.hub.target_version, step, samples, checkpoint, sample_norm))
             state = self.store.state()
             state.batches = self.hub.target_version + 1
             state.policy_version = self.hub.policy_version
@@ -152,7 +152,7 @@ class Engine:
                 samples = stored_batch_samples(self.store, record)
             except MissingTrajectory as exc:
                 raise RunFailed(str(exc)) from None
-            await self.hub.train(record.step, samples, record.checkpoint)
+            await self.hub.train(record.step, samples, record.checkpoint, sample_norm=record.sample_norm)
         await self.hub.wait_for_version(self.hub.target_version, "resume: learner catching up")
 
     def restore(self, state: RunState) -> list[ActiveEnv]:

@@ -103,6 +103,7 @@ class BatchRecord(msgspec.Struct, kw_only=True):
     step: int
     checkpoint: bool
     entries: list[BatchEntry]
+    sample_norm: int = 0  # the final flush's per-sample-mean count (TrainBatch.sample_norm), so a resent flush weighs the same
 
 
 class RunState(msgspec.Struct, kw_only=True):

@@ -170,7 +170,7 @@ def export_train_batches(paths: RunPaths, steps: str | None, out: Path) -> Path:
                     samples = stored_batch_samples(store, record)
                 except (MissingTrajectory, StoredRecordError) as exc:
                     raise InputError(f"batch {record.version} (step {record.step}) cannot be replayed: {exc}") from None
-                batches.append((record.version, TrainBatch(step=record.step, samples=samples, checkpoint=False)))
+                batches.append((record.version, TrainBatch(step=record.step, samples=samples, checkpoint=False, sample_norm=record.sample_norm)))
     finally:
         store.close()
     report_skipped(skipped)

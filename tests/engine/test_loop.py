@@ -146,6 +146,19 @@ def test_a_window_cut_by_the_end_is_rewarded_and_flushed_with_a_normal_steps_sam
     assert engine.hub.sample_norms == [0, 0, 0, 0, 0, 3 + 1]
     assert engine.step_stats[5] == {"step": 5, "flush_designer_samples": 1, "flush_sample_norm": 4, "cut_window_designs": 1}
     assert engine.store.state().finished
+    assert [r.sample_norm for r in engine.store.batches()] == [0, 0, 0, 0, 0, 4]  # stored with its batch ...
+    engine.store.close()
+
+
+def test_a_resent_flush_keeps_its_sample_norm(tmp_path, monkeypatch):
+    """... so a learner that restarts behind the flush trains it again with the same per-sample weight."""
+    engine, calls = _engine(tmp_path, monkeypatch, "run.steps=5", designer_due=lambda step: step + 1 if step % 2 else None, agents=3, cut=True)
+    trio.run(engine.curriculum)
+    monkeypatch.setattr(loop, "stored_batch_samples", lambda store, record: [make_sample(f"r{record.version}", "agent", "e", "A", "no_hint", record.step)])
+    engine.hub.policy_version = engine.hub.target_version = 4  # the learner's checkpoint is behind the last two batches
+    engine.hub.sample_norms.clear()
+    trio.run(engine.catch_up_learner)
+    assert engine.hub.sample_norms == [0, 4]
     engine.store.close()
 
 
