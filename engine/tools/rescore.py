@@ -8,7 +8,8 @@ The same code as the live run: agent advantages are z-scores within each (enviro
 plays (engine/batches.py `advantage_groups`; hinted plays only with `play.train_hint_plays`); each valid design made
 at a refresh step gets its designer reward from the plays of its k-step window by engine/designer_reward.py
 `score_window` (regret at the refresh step or over the window, the blend's plateau, learning progress against the
-skill EMAs of the rescored earlier windows, the hang penalty), centred per skill and scaled by the agent samples its
+skill EMAs of the rescored earlier windows, the hang penalty; a last window the run's end cut short, as the run
+rewarded it, over the steps played), centred per skill and scaled by the agent samples its
 reward step's stored batch trained. A "designer_reward" row keeps the stored values beside the new ones
 (`stored_raw_reward`, `stored_advantage`): with the run's own config the two agree (tests/engine/tools/test_rescore.py).
 Only the store is read (bad records are skipped and reported); the output goes to a file of the caller's choice.
@@ -68,8 +69,10 @@ def rescore(store: Store, config: Config, skipped: list[StoredRecordError]) -> l
     last = max(plays, default=-1)
     for env_step in range(0, last + 1, k):
         end = env_step + k - 1
-        if end > last:
-            continue
+        if end > last:  # a window the run's end cut short: rewarded over the steps played, if the run did so
+            if not any(r.env_step == env_step and r.reward_step < env_step + k for r in stored.values()):
+                continue  # not rewarded (yet): the run was interrupted, or goes on
+            end = last
         samples = agent_trained.get(end) or next((r["agent_samples"] for r in rows if r["step"] == end), 0)
         made = [e for e in envs if e.step_created == env_step]
         score = score_window(reward, k, env_step, made, {s: plays.get(s, []) for s in range(env_step, end + 1)}, history, samples)
@@ -78,7 +81,7 @@ def rescore(store: Store, config: Config, skipped: list[StoredRecordError]) -> l
             old = stored.get(d.env.env_id)
             rows.append({
                 "kind": "designer_reward", "env_id": d.env.env_id, "skill": d.env.skill, "env_step": env_step,
-                "reward_step": env_step + k, "variant": reward.designer_reward, "regret": d.regret, "win_rate": d.win_rate,
+                "reward_step": end + 1, "variant": reward.designer_reward, "regret": d.regret, "win_rate": d.win_rate,
                 "raw_reward": d.raw_reward, "advantage": d.advantage, "scale": score.scale,
                 "stored_variant": old.variant if old else None, "stored_raw_reward": old.raw_reward if old else None,
                 "stored_advantage": old.advantage if old else None,

@@ -67,3 +67,30 @@ def test_rescore_refuses_settings_it_does_not_use(small_run, capsys):
     assert "error: --set learner.learning_rate=1: --rescore recomputes rewards" in capsys.readouterr().err
     assert main(["replay", str(small_run.paths.root), "--steps", "0:1"]) == 2
     assert "error: --steps goes with --train" in capsys.readouterr().err
+
+
+def test_a_window_the_runs_end_cut_short_is_rescored_over_the_steps_played(small_run):
+    """At k = 2 the one step of the run is a cut window; the run rewarded it at step 1 (reward_step 1 < 0 + k), so
+    rescore rewards it too, over step 0, with the same raw rewards (the blend reads the refresh step's plays)."""
+    rows, _ = _rows(small_run, ["curriculum.refresh_interval=2"])
+    designers = {r["env_id"]: r for r in rows if r["kind"] == "designer_reward"}
+    assert set(designers) == {ENV_A, ENV_B} and all(r["reward_step"] == 1 for r in designers.values())
+    assert designers[ENV_A]["raw_reward"] == pytest.approx(1.0) and designers[ENV_B]["raw_reward"] == pytest.approx(0.0)
+    assert designers[ENV_A]["scale"] == pytest.approx(4 / 2 * 2)
+
+
+def test_a_cut_window_the_run_has_not_rewarded_is_left_out(small_run):
+    """A run that stopped inside its window without rewarding it (interrupted: no stored reward before the window's
+    end) gets no designer row for that window."""
+    import msgspec
+
+    store = Store.open(small_run.paths.store)
+    try:
+        with store.batch() as batch:
+            for r in list(store.designer_rewards()):
+                batch.put_designer_reward(msgspec.structs.replace(r, reward_step=2))  # as a whole k = 2 window's
+    finally:
+        store.close()
+    rows, _ = _rows(small_run, ["curriculum.refresh_interval=2"])
+    assert [r for r in rows if r["kind"] == "designer_reward"] == []
+    assert [r["step"] for r in rows if r["kind"] == "step"] == [0]
