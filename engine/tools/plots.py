@@ -48,8 +48,10 @@ def _clean(xs, ys) -> tuple[list, list]:
     return [x for x, _ in kept], [y for _, y in kept]
 
 
-def line_plot(title: str, xlabel: str, ylabel: str, series: dict[str, tuple[list, list]], *, ylim=None, note: str = "") -> Figure:
-    """One line (with markers) per series; points whose value is None are left out. An empty plot says so."""
+def line_plot(title: str, xlabel: str, ylabel: str, series: dict[str, tuple[list, list]], *, ylim=None, note: str = "",
+              bands: dict[str, tuple[list, list, list]] | None = None) -> Figure:
+    """One line (with markers) per series; points whose value is None are left out. An empty plot says so.
+    `bands`: a series' interval, {label: (xs, lows, highs)}, shaded in its colour."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.2, 3.2))
     points = 0
@@ -58,6 +60,9 @@ def line_plot(title: str, xlabel: str, ylabel: str, series: dict[str, tuple[list
         if xs:
             ax.plot(xs, ys, marker="o", markersize=4, linewidth=1.6, color=COLOURS[i % len(COLOURS)], label=label)
             points += len(xs)
+        band = (bands or {}).get(label)
+        if band and band[0]:
+            ax.fill_between(band[0], band[1], band[2], color=COLOURS[i % len(COLOURS)], alpha=0.18, linewidth=0)
     if points == 0:
         ax.text(0.5, 0.5, "no data yet", ha="center", va="center", transform=ax.transAxes, color="#888")
     elif len(series) > 1 or note:

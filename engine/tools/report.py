@@ -83,7 +83,16 @@ def figures(metrics: list[dict], rejected: Counter, rewards: list) -> list[Figur
                   {s: ([m["step"] for m in steps], [m.get("win_rate_by_skill", {}).get(s) for m in steps]) for s in skills} or {"no skill yet": ([], [])},
                   ylim=(-0.05, 1.05)),
         time_figure(steps),
-    ]
+    ] + ([probe_figure(metrics)] if any(isinstance(m.get("eval"), dict) for m in metrics) else [])  # with eval.every
+
+
+def probe_figure(metrics: list[dict]) -> Figure:
+    """The in-loop probe (`eval.every`, engine/evaluation.py) by policy version, its 95 % Wilson interval shaded."""
+    evals = sorted((m["eval"] for m in metrics if isinstance(m.get("eval"), dict)), key=lambda e: e["policy_version"])
+    xs = [e["policy_version"] for e in evals]
+    label = f"win rate ({evals[-1]['suite']}, {evals[-1]['episodes']} episodes)" if evals else "win rate"
+    return line_plot("In-loop probe (never trained on)", "policy version", "win rate", {label: (xs, [e["win_rate"] for e in evals])},
+                     bands={label: (xs, [e["low"] for e in evals], [e["high"] for e in evals])}, ylim=(-0.05, 1.05))
 
 
 def time_figure(steps: list[dict]) -> Figure:

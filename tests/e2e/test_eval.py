@@ -94,7 +94,8 @@ def test_rlve_preset_runs_three_steps_and_keeps_eval_out_of_training(rlve_run):
         assert all(window[:2] == [0, 0] for window in state.rlve.values())  # 4 plays a step never reach a 128 window
     finally:
         store.close()
-    assert "Evaluation (in-loop" in (rlve_run / "report.html").read_text()
+    page = (rlve_run / "report.html").read_text()
+    assert "Evaluation (in-loop" in page and "In-loop probe (never trained on)" in page  # the table and its curve
 
 
 def test_two_checkpoints_side_by_side_resumed_after_sigint(rlve_run, tmp_path):

@@ -5,7 +5,7 @@ named, not fatal; and the page rendered by headless Chromium (skipped, saying wh
 from __future__ import annotations
 
 from engine.cli import main
-from engine.tools.report import time_figure, write_report
+from engine.tools.report import probe_figure, time_figure, write_report
 from storage.store import Store
 
 from report_checks import assert_not_blank, check_report, screenshot
@@ -66,3 +66,12 @@ def test_the_time_figure_stacks_each_steps_phases():
     assert figure.points == 3 * 3
     assert_not_blank(figure.png, (520, 320))
     assert time_figure([]).points == 0
+
+
+def test_the_probe_figure_draws_the_in_loop_evaluation_by_version_with_its_interval():
+    rows = [{"eval": {"policy_version": v, "suite": "envs", "episodes": 48, "win_rate": 0.2 + 0.05 * v,
+                      "low": 0.1 + 0.05 * v, "high": 0.3 + 0.05 * v}, "eval_policy_version": v} for v in (4, 0, 8)]
+    figure = probe_figure(rows + [{"step": 1, "envs_requested": 0}])  # training rows carry no evaluation
+    assert figure.series == ("win rate (envs, 48 episodes)",) and figure.points == 3
+    assert_not_blank(figure.png, (520, 320))
+    assert probe_figure([]).points == 0
