@@ -54,10 +54,11 @@ class InferenceBackend(abc.ABC):
 
 
 def backend_kind(config) -> str:
-    """The backend `config.inference.backend` names, with "auto" resolved: vLLM where it imports and LoRA is off."""
+    """The backend `config.inference.backend` names, with "auto" resolved: vLLM where it imports (a LoRA adapter is
+    merged into full weights for it: actors/inference/adapter_merge.py), else transformers."""
     kind = config.inference.backend
     if kind == "auto":
-        kind = "vllm" if config.learner.lora_rank == 0 and _vllm_imports() else "transformers"
+        kind = "vllm" if _vllm_imports() else "transformers"
     return kind
 
 

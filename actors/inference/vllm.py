@@ -27,7 +27,9 @@ finished (so each request runs wholly on one policy version, which its Generatio
 scheduler, reloads the published folder in place in every worker (vLLM's `reload_weights`, which restores the
 layers the CPU build repacks and processes them again; a tied LM head, which that reload skips, is rebuilt from
 the new embedding), resets the prefix cache, and resumes. Every call into vLLM has a timeout; a failed or
-timed-out update raises and leaves the backend broken (the worker fails; the engine requeues its tasks).
+timed-out update raises and leaves the backend broken (the worker fails; the engine requeues its tasks). A LoRA
+learner publishes only its adapter: it is merged into the base weights in a scratch folder first
+(actors/inference/adapter_merge.py), so `learner.lora_rank > 0` runs on vLLM too.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pathlib import Path
 
 import trio
 
+from actors.inference.adapter_merge import AdapterMerger
 from actors.inference.base import Generation, GenerationRequest, InferenceBackend
 from actors.inference.hf import is_adapter_folder, load_tokenizer, stop_token_ids
 from engine.protocol.devices import select_gpus
@@ -92,6 +95,7 @@ class VLLMBackend(InferenceBackend):
         self.request_timeout_s = inference.request_timeout_s
         self.sync_timeout_s = inference.sync_timeout_s
         self._broken: BaseException | None = None
+        self._merger = AdapterMerger(model_path)  # a LoRA learner's adapter, merged into a full folder vLLM loads
         self._in_flight = 0
         self._loop = asyncio.new_event_loop()
         # The asyncio loop AsyncLLM lives on; owned by this backend, stopped by close().
@@ -229,12 +233,13 @@ class VLLMBackend(InferenceBackend):
 
     # ------------------------------------------------------------------ weights
     def load_weights(self, path: str, version: int) -> None:
-        """Swap in the policy published at `path` (a full model folder) as `version`; raises WeightSyncError."""
+        """Swap in the policy published at `path` (a full model folder, or a LoRA adapter, which is merged into the
+        base weights first: actors/inference/adapter_merge.py) as `version`; raises WeightSyncError."""
         if self._broken is not None:
             raise WeightSyncError(f"the vLLM backend failed an earlier weight update: {self._broken}")
-        if is_adapter_folder(path):
-            raise NotImplementedError(f"{path} is a LoRA adapter: the vLLM backend loads full models (set learner.lora_rank = 0)")
         try:
+            if is_adapter_folder(path):
+                path = str(self._merger.merged(path, version))
             self._call(self._swap(str(Path(path).resolve()), version), self.request_timeout_s + self.sync_timeout_s)
         except BaseException as exc:
             self._broken = exc
@@ -261,6 +266,8 @@ class VLLMBackend(InferenceBackend):
     def close(self) -> None:
         """Shut the engine (its processes are ended) and the loop down; safe to call twice."""
         engine, self._engine = self._engine, None
+        if getattr(self, "_merger", None) is not None:
+            self._merger.close()
         if not self._thread.is_alive():
             return
 

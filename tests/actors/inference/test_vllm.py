@@ -1,7 +1,8 @@
 """The vLLM backend on CPU with the tiny random model (no download): `bin/test --vllm` (runs from .venv-vllm).
 
 Generation, log-probs equal to the learner's recomputation, an in-place weight update followed by generation
-from the new weights, a weight update that hangs failing within its timeout, and a several-turn agent episode.
+from the new weights, a weight update that hangs failing within its timeout, a several-turn agent episode, and a
+LoRA adapter merged into the base weights and served with the trainer's log-probs.
 """
 
 import os
@@ -171,3 +172,25 @@ def test_a_hanging_weight_update_raises_within_its_timeout(tiny_model_path, tmp_
             backend.generate([GenerationRequest(prompt_ids=[5, 6, 7], max_new_tokens=4, temperature=1.0)])
     finally:
         backend.close()
+
+
+def test_a_lora_adapter_is_merged_and_served_with_the_trainers_log_probs(backend, tiny_model_path, tmp_path):
+    """A LoRA learner publishes only its adapter; the backend merges it into the base weights (adapter_merge.py) and
+    samples with exactly the trainer's log-probs, so LoRA runs on vLLM too."""
+    from engine.protocol.config import LearnerConfig
+    from learner.trainer import Trainer
+    from tests.learner.learner_helpers import random_batch
+
+    trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2, lora_rank=4, micro_batch_tokens=32), seed=0)
+    trainer.update(random_batch(1))
+    adapter = trainer.publish(tmp_path, keep=2)
+    trainer.model.eval()
+    backend.load_weights(str(adapter), 10)
+    assert backend.policy_version == 10
+    prompt = _prompts(backend.tokenizer)[1]
+    sampled = backend.generate([GenerationRequest(prompt_ids=prompt, max_new_tokens=16, temperature=0.7, top_k=20, top_p=0.95)])[0]
+    ids = torch.tensor([prompt + sampled.completion_ids])
+    with torch.no_grad():
+        recomputed = token_logprobs(trainer.model, ids, torch.ones_like(ids), 0.7)[0, len(prompt):]
+    assert sampled.policy_version == 10
+    assert (recomputed - torch.tensor(sampled.logprobs)).abs().max().item() < 1e-4
