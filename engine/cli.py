@@ -300,12 +300,42 @@ def cmd_report(args) -> int:
     from engine.tools.report import write_report
 
     paths = _run_dir(args.run_dir)
-    out = user_path(args.out) if args.out else paths.report
-    check_writable_dir(out.parent, "report folder")
-    if out.exists() and not os.access(out, os.W_OK):
-        raise BadPath(f"{out} cannot be written (read-only): write the report elsewhere with --out FILE")
+    if args.out:
+        out = user_path(args.out)
+        check_writable_dir(out.parent, "report folder")
+        if out.exists() and not os.access(out, os.W_OK):
+            raise BadPath(f"{out} cannot be written (read-only): write the report elsewhere with --out FILE")
+        print(f"wrote {write_report(paths, out)}")
+        return 0
+    out = paths.report
+    try:
+        check_writable_dir(out.parent, "report folder")
+        if out.exists() and not os.access(out, os.W_OK):
+            raise BadPath(f"{out} is read-only")
+    except BadPath:  # a read-only or archived run: the report goes to the user's own folder instead
+        out = _user_report_path(paths)
+        print(f"{paths.report} cannot be written (read-only run): the report goes to {out} (--out FILE to choose)", file=sys.stderr)
     print(f"wrote {write_report(paths, out)}")
     return 0
+
+
+def _user_report_path(paths) -> Path:
+    """Where the report of a run that cannot be written goes: $XDG_CACHE_HOME (else ~/.cache)/spade-engine/reports/,
+    else the temporary folder; one file per run, named after its folder and a hash of its full path."""
+    import hashlib
+    import tempfile
+
+    tag = hashlib.sha256(str(paths.root.resolve()).encode()).hexdigest()[:8]
+    name = f"{paths.root.resolve().name}-{tag}-report.html"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "spade-engine" / "reports"
+    for folder in (cache, Path(tempfile.gettempdir()) / "spade-engine-reports"):
+        try:
+            check_writable_dir(folder, "report folder")
+            folder.mkdir(parents=True, exist_ok=True)
+            return folder / name
+        except (BadPath, OSError):
+            continue
+    raise BadPath(f"{paths.report} cannot be written and neither can {cache} nor the temporary folder: write it with --out FILE")
 
 
 def cmd_replay(args) -> int:

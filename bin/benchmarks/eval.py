@@ -3,7 +3,8 @@
     bin/bench eval [--episodes 8 --models 2 --turns N --max-tokens N --concurrency N]
 
 The probe is the one issue 22's learning runs use: every shipped seed environment (`--suite envs`), `episodes`
-episodes each, both arms (`--hinted`), on `models` models: the embedded SmolLM2-135M-Instruct and copies of it in
+episodes each, both arms (`--hinted`), played with the default run's own turn and token budgets (`[play]`
+max_turns, agent_max_tokens: 3 turns of at most 48 tokens), on `models` models: the embedded SmolLM2-135M-Instruct and copies of it in
 their own folders (what a probe of an initial and a final checkpoint costs; the weights being equal does not change
 the work). Each backend runs the whole command, start-up (loading, vLLM's compile) included, as a user waits for it;
 each one's playing time (first episode's start to last one's end, per model) and that ratio are reported too. Runs from .venv-vllm, where `auto` resolves to
@@ -56,11 +57,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--models", type=int, default=2)
-    parser.add_argument("--turns", type=int, default=0, help="turns per episode (default: the suite's)")
-    parser.add_argument("--max-tokens", type=int, default=0, help="new tokens per turn (default: the suite's)")
+    parser.add_argument("--turns", type=int, default=0, help="turns per episode (default: the default run's play.max_turns)")
+    parser.add_argument("--max-tokens", type=int, default=0, help="new tokens per turn (default: the default run's play.agent_max_tokens)")
     parser.add_argument("--concurrency", type=int, default=0, help="episodes in flight (default: inference.concurrency)")
     args = parser.parse_args()
     reexec_in_vllm_venv(__file__)
+    from engine.protocol.config import PlayConfig
+
+    args.turns = args.turns or PlayConfig().max_turns
+    args.max_tokens = args.max_tokens or PlayConfig().agent_max_tokens
     from engine.tools.models import ensure_default_model
 
     base = Path(ensure_default_model())

@@ -144,9 +144,9 @@ def test_a_damaged_store_is_one_line_naming_the_file(place, how, command):
     assert snapshot(place) == before
 
 
-def _read_only(run: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def _read_only(run: Path, args: list[str], cwd: Path, cache: Path | None = None) -> subprocess.CompletedProcess:
     """`args` run with `run` made read-only by a read-only bind mount in a mount namespace of its own."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", **({"XDG_CACHE_HOME": str(cache)} if cache else {}))
     command = [sys.executable, "-P", "-m", "engine.cli", *args]
     script = f'mount --bind "{run}" "{run}" && mount -o remount,bind,ro "{run}" && exec "$@"'
     return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", *command], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
@@ -172,9 +172,11 @@ def test_a_read_only_run_is_replayed_and_reported_elsewhere_and_not_resumed(plac
     before = snapshot(place)
     replay = _read_only(run, ["replay", "run", "--step", "999"], cwd=place)
     assert replay.returncode == 2 and "no trajectories match --step 999" in replay.stderr, replay.stderr  # it read the store
-    report = _read_only(run, ["report", "run"], cwd=place)
-    assert report.returncode == 2 and len(report.stderr.strip().splitlines()) == 1, report.stderr
-    assert "report.html cannot be written" in report.stderr or "report folder" in report.stderr, report.stderr
+    report = _read_only(run, ["report", "run"], cwd=place, cache=tmp_path / "cache")
+    assert report.returncode == 0 and len(report.stderr.strip().splitlines()) == 1, report.stderr
+    assert "report.html cannot be written (read-only run): the report goes to" in report.stderr, report.stderr
+    (written,) = (tmp_path / "cache" / "spade-engine" / "reports").glob("run-*-report.html")  # the user's folder
+    assert f"wrote {written}" in report.stdout and "<html" in written.read_text()
     out = tmp_path / "elsewhere.html"
     elsewhere = _read_only(run, ["report", "run", "--out", str(out)], cwd=place)
     assert elsewhere.returncode == 0, elsewhere.stderr
