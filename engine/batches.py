@@ -13,6 +13,8 @@ samples whose reward fell due at the step join them (engine/designer_reward.py).
 
 from __future__ import annotations
 
+import json
+
 import msgspec
 
 from engine.protocol.errors import InputError
@@ -88,9 +90,20 @@ def step_batch(plays: list[PlayResult], due: list[Sample], *, train_hint: bool, 
     return StepBatch(agent=samples, designer=due, zero_variance_groups=zero_groups, agent_groups=groups, dropped_stale=too_stale)
 
 
-def batch_record(version: int, step: int, samples: list[Sample], checkpoint: bool, sample_norm: int = 0) -> BatchRecord:
+def batch_record(version: int, step: int, samples: list[Sample], checkpoint: bool, sample_norm: int = 0,
+                 step_row: dict | None = None) -> BatchRecord:
     entries = [BatchEntry(trajectory_key(s.step, s.sample_id), s.advantage, s.reward) for s in samples]
-    return BatchRecord(version=version, step=step, checkpoint=checkpoint, entries=entries, sample_norm=sample_norm)
+    return BatchRecord(version=version, step=step, checkpoint=checkpoint, entries=entries, sample_norm=sample_norm,
+                       step_row=json.dumps(step_row) if step_row else "")
+
+
+def stored_step_row(record: BatchRecord) -> dict | None:
+    """The metrics row stored with a batch (None for none, or one that does not decode to an object)."""
+    try:
+        row = json.loads(record.step_row) if record.step_row else None
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) else None
 
 
 def stored_batch_samples(store: Store, record: BatchRecord) -> list[Sample]:

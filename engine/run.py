@@ -30,7 +30,7 @@ import time
 
 import trio
 
-from engine.batches import MissingTrajectory, StepBatch, batch_record, step_batch, stored_agent_samples, stored_batch_samples
+from engine.batches import MissingTrajectory, StepBatch, batch_record, step_batch, stored_agent_samples, stored_batch_samples, stored_step_row
 from engine.curriculum import ActiveEnv, PassageSampler, SeedEnvironment, load_corpus
 from engine.designer_reward import DesignerQueue, close_cut_window, designer_step
 from engine.evaluation import InLoopEval
@@ -128,7 +128,7 @@ class Engine:
                          sample_norm: int = 0) -> None:
         """Record the batch (and the run state after this step) in one transaction, then send it."""
         with self.store.batch() as batch:
-            batch.put_batch(batch_record(self.hub.target_version, step, samples, checkpoint, sample_norm))
+            batch.put_batch(batch_record(self.hub.target_version, step, samples, checkpoint, sample_norm, self.step_stats.get(step)))
             state = self.store.state()
             state.batches = self.hub.target_version + 1
             state.policy_version = self.hub.policy_version
@@ -144,6 +144,10 @@ class Engine:
         """Resend, from LMDB, every recorded batch the (restarted) learner has not trained yet."""
         records = list(self.store.batches())
         missing = [r for r in records if r.version >= self.hub.policy_version]
+        for record in records:  # trained (in the learner's checkpoint) but killed before its row was written
+            if record.version < self.hub.policy_version and not self.metrics.has(record.version + 1):
+                if (row := stored_step_row(record)) is not None:
+                    self.metrics.write(record.step, row, {}, record.version + 1)
         self.hub.target_version = len(records) - len(missing)  # each resent batch counts again as it goes
         if missing:
             self.view.line(f"resume: the learner is at v{self.hub.policy_version}; resending {len(missing)} recorded batches from the store")
@@ -152,6 +156,8 @@ class Engine:
                 samples = stored_batch_samples(self.store, record)
             except MissingTrajectory as exc:
                 raise RunFailed(str(exc)) from None
+            if record.step not in self.step_stats and (row := stored_step_row(record)) is not None:
+                self.step_stats[record.step] = row  # its metrics row is written whole when the update lands
             await self.hub.train(record.step, samples, record.checkpoint, sample_norm=record.sample_norm)
         await self.hub.wait_for_version(self.hub.target_version, "resume: learner catching up")
 

@@ -104,6 +104,7 @@ class BatchRecord(msgspec.Struct, kw_only=True):
     checkpoint: bool
     entries: list[BatchEntry]
     sample_norm: int = 0  # the final flush's per-sample-mean count (TrainBatch.sample_norm), so a resent flush weighs the same
+    step_row: str = ""  # the step's metrics row (JSON) as it stood at the send: a batch resent after a restart writes it whole
 
 
 class RunState(msgspec.Struct, kw_only=True):

@@ -127,7 +127,8 @@ def window_share(rows: dict[int, dict], first: int, step: int) -> float:
 
 class MetricsLog:
     """`metrics.jsonl`: one row per policy version, the step's metrics with the learner's. A version written
-    again (a batch resent to a learner whose checkpoint was behind) replaces its row instead of adding one."""
+    again (a batch resent to a learner whose checkpoint was behind) replaces its row in place instead of adding one;
+    resent without the step's figures (after a restart) it keeps the stored ones and updates the learner's."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -136,13 +137,18 @@ class MetricsLog:
     def _rows(self) -> list[dict]:
         return read_rows(self.path)
 
+    def has(self, policy_version: int) -> bool:
+        """Whether the row of `policy_version` is written."""
+        return policy_version in self._versions
+
     def step_rows(self) -> dict[int, dict]:
         """The rows written so far, by step (the newest row of a step)."""
         return {row["step"]: row for row in self._rows() if "step" in row}
 
     def write(self, step: int, stats: dict | None, learner: dict, policy_version: int) -> dict:
         row = {
-            **(stats or {"step": step}),
+            "step": step,
+            **(stats or {}),
             "policy_version": policy_version,
             "learner_loss": learner.get("loss", 0.0),
             "staleness": learner.get("staleness", 0.0),
@@ -153,8 +159,19 @@ class MetricsLog:
             "time": time.time(),
         }
         if policy_version in self._versions:
-            rows = [r for r in self._rows() if r.get("policy_version") != policy_version] + [row]
-            rows.sort(key=lambda r: r.get("policy_version", 0))
+            # In place, the other rows (evaluation rows too) where they were. A batch resent after a restart comes
+            # without the step's figures (the engine that played it is gone): the stored row keeps them, and only
+            # the learner's fields are new.
+            rows, placed = [], False
+            for old in self._rows():
+                if old.get("policy_version") != policy_version:
+                    rows.append(old)
+                elif not placed:
+                    row = row if stats is not None else {**old, **{k: v for k, v in row.items() if k != "step"}}
+                    rows.append(row)
+                    placed = True
+            if not placed:
+                rows.append(row)
             tmp = self.path.with_suffix(".jsonl.tmp")
             tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
             tmp.replace(self.path)

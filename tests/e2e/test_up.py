@@ -236,6 +236,9 @@ def test_a_killed_engine_takes_its_children_and_resumes_with_an_attached_worker(
     state, batches = store.state(), list(store.batches())
     store.close()
     assert state.finished and state.steps_done == done + 2 and state.policy_version == len(batches)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    figures = sorted(r["step"] for r in rows if "envs_requested" in r)  # every step's row, with its figures, once
+    assert figures == list(range(done + 2)), figures
     processes.track(extra.pid)
     extra_out, _ = extra.communicate(timeout=60)  # the resumed engine's shutdown ends it
     assert extra.returncode == 0 and "joining again" in extra_out, extra_out

@@ -2,6 +2,8 @@
 calls its stages once, in order; the refresh comes every k steps; the designer samples due after the last step are
 flushed; a spent wall-clock budget ends the run after the steps already started."""
 
+import json
+
 import pytest
 import trio
 
@@ -12,6 +14,7 @@ from engine.metrics.live import LiveView
 from engine.plays import StepPlays
 from engine.protocol.config_loading import load_config
 from engine.protocol.errors import RunFailed
+from engine.protocol.metrics_file import read_rows
 from engine.protocol.paths import RunPaths
 from engine.refresh import RefreshResult
 from engine.run import Engine
@@ -151,14 +154,26 @@ def test_a_window_cut_by_the_end_is_rewarded_and_flushed_with_a_normal_steps_sam
 
 
 def test_a_resent_flush_keeps_its_sample_norm(tmp_path, monkeypatch):
-    """... so a learner that restarts behind the flush trains it again with the same per-sample weight."""
+    """... so a learner that restarts behind the flush trains it again with the same per-sample weight; the step
+    figures stored with each batch come back for the metrics rows of the resent versions."""
     engine, calls = _engine(tmp_path, monkeypatch, "run.steps=5", designer_due=lambda step: step + 1 if step % 2 else None, agents=3, cut=True)
     trio.run(engine.curriculum)
     monkeypatch.setattr(loop, "stored_batch_samples", lambda store, record: [make_sample(f"r{record.version}", "agent", "e", "A", "no_hint", record.step)])
     engine.hub.policy_version = engine.hub.target_version = 4  # the learner's checkpoint is behind the last two batches
     engine.hub.sample_norms.clear()
+    every = dict(engine.step_stats)
+    played = {s: engine.step_stats[s] for s in (4, 5)}
+    engine.step_stats.clear()  # a restarted engine: the step figures are only in the store
     trio.run(engine.catch_up_learner)
     assert engine.hub.sample_norms == [0, 4]
+    assert engine.step_stats == played  # restored from the batches, so the rows written on landing are whole
+    # a version the learner's checkpoint holds but whose row the killed engine never wrote is written from the store
+    rows = [r for r in read_rows(engine.paths.metrics) if r.get("policy_version") != 3]
+    engine.paths.metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    engine.metrics = loop.MetricsLog(engine.paths.metrics)
+    trio.run(engine.catch_up_learner)
+    (row,) = [r for r in read_rows(engine.paths.metrics) if r.get("policy_version") == 3]
+    assert row["step"] == 2 and every[2] and all(row[k] == v for k, v in every[2].items())
     engine.store.close()
 
 

@@ -4,6 +4,7 @@ import pytest
 
 from engine.protocol.messages import PlayResult, TaskFailed, TurnRecord
 from engine.metrics.steps import MetricsLog, StepOutcome, step_metrics
+from engine.protocol.metrics_file import append_row
 from tests.engine.builders import make_sample
 
 
@@ -103,6 +104,23 @@ def test_a_version_written_again_replaces_its_row(tmp_path):
     # a new log on the same file (a restarted engine) knows the versions already there
     MetricsLog(path).write(2, {"step": 2, "try": "resumed"}, {}, 3)
     assert [(r["policy_version"], r["try"]) for r in _rows(path)] == [(1, "first"), (2, "again"), (3, "resumed")]
+
+
+def test_a_version_resent_after_a_restart_keeps_its_step_figures_and_the_files_order(tmp_path):
+    """After kill -9 and --resume the batches the learner lacks are resent without the step's figures (the engine
+    that played them is gone): the stored rows keep their figures, only the learner's fields change, and the
+    evaluation rows between them stay where they were."""
+    path = tmp_path / "metrics.jsonl"
+    log = MetricsLog(path)
+    log.write(0, {"step": 0, "plays": 4, "win_rate_no_hint": 0.25}, {"loss": 1.0}, 1)
+    append_row(path, {"eval": {"policy_version": 1, "win_rate": 0.5}, "eval_policy_version": 1})
+    log.write(1, {"step": 1, "plays": 4, "win_rate_no_hint": 0.5}, {"loss": 2.0}, 2)
+    resumed = MetricsLog(path)
+    resumed.write(0, None, {"loss": 1.5}, 1)
+    resumed.write(1, None, {"loss": 2.5}, 2)
+    rows = _rows(path)
+    assert [r.get("policy_version", "eval") for r in rows] == [1, "eval", 2]
+    assert [(r["step"], r["plays"], r["win_rate_no_hint"], r["learner_loss"]) for r in (rows[0], rows[2])] == [(0, 4, 0.25, 1.5), (1, 4, 0.5, 2.5)]
 
 
 def test_a_half_written_last_line_is_dropped_when_a_version_is_replaced(tmp_path):
