@@ -297,16 +297,13 @@ def cmd_play(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from engine.tools.report import write_report
-
     paths = _run_dir(args.run_dir)
     if args.out:
         out = user_path(args.out)
         check_writable_dir(out.parent, "report folder")
         if out.exists() and not os.access(out, os.W_OK):
             raise BadPath(f"{out} cannot be written (read-only): write the report elsewhere with --out FILE")
-        print(f"wrote {write_report(paths, out)}")
-        return 0
+        return _write_report(paths, out)
     out = paths.report
     try:
         check_writable_dir(out.parent, "report folder")
@@ -315,7 +312,25 @@ def cmd_report(args) -> int:
     except BadPath:  # a read-only or archived run: the report goes to the user's own folder instead
         out = _user_report_path(paths)
         print(f"{paths.report} cannot be written (read-only run): the report goes to {out} (--out FILE to choose)", file=sys.stderr)
-    print(f"wrote {write_report(paths, out)}")
+    return _write_report(paths, out)
+
+
+def _write_report(paths, out: Path) -> int:
+    """The report written; a store with damaged records is listed in it and fails the command in one line."""
+    from engine.tools.report import write_report
+    from storage.records import StoredRecordError
+    from storage.scan import damage_line
+    from storage.store import Store
+
+    problems: list = []
+    print(f"wrote {write_report(paths, out, problems)}")
+    if problems:
+        store = Store.open(paths.store, readonly=True)
+        try:
+            line = damage_line(store, problems)
+        finally:
+            store.close()
+        raise StoredRecordError(f"{line} (the report lists them: {out})")
     return 0
 
 

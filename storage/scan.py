@@ -4,6 +4,7 @@ decode costs that record, not the whole command.
     skipped: list[StoredRecordError] = []
     for env in tolerant(store, "environments", skipped): ...      # the bad ones land in `skipped`, named by key
     for line in describe_skipped(skipped): print(line, file=sys.stderr)
+    problems = check_records(store)      # every record decoded and under the key its own fields give
 
 `Store`'s own scans stop at the first bad record with a `StoredRecordError` (the engine, which writes the store,
 must stop there); these scans read the same databases in one read transaction each (never blocking the writer)
@@ -13,11 +14,12 @@ and set each bad record aside. Damage below the records (a truncated file, a bro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from storage.records import StoredRecordError
-from storage.store import Store, trajectory_prefix
+from storage.store import DATABASES, Store, trajectory_key, trajectory_prefix
 
 
 def tolerant(store: Store, db: str, skipped: list[StoredRecordError], prefix: str = "") -> Iterator[Any]:
@@ -45,3 +47,71 @@ def describe_skipped(skipped: list[StoredRecordError], limit: int = 5) -> list[s
     if len(skipped) > limit:
         lines.append(f"warning: skipped {len(skipped) - limit} more bad records")
     return lines
+
+
+def _expected_key(db: str, record: Any) -> str | None:
+    """The key a record of `db` is written under (storage/store.py `put_*`); None where any key will do."""
+    if db in ("environments", "memory", "designer_rewards"):
+        return record.env_id
+    if db == "trajectories":
+        return trajectory_key(record.step, record.sample_id)
+    if db == "batches":
+        return f"{record.version:08d}"
+    if db == "meta":
+        return "state"
+    return None
+
+
+def _step_of(db: str, key: str, record: Any = None) -> str:
+    if record is not None and isinstance(getattr(record, "step", None), int):
+        return f" (step {record.step})"
+    head = key.split("/", 1)[0]
+    return f" (step {int(head)})" if db == "trajectories" and head.isdigit() else ""
+
+
+def check_records(store: Store) -> list[StoredRecordError]:
+    """Every record of every database, each decoded and checked to sit under the key its own fields give (a
+    scrambled key hides a record from every scan by step or id, so a damaged run would read as an empty one), and
+    the run state present wherever anything else is. Each problem names its database, key and step."""
+    problems: list[StoredRecordError] = []
+    counts = {}
+    for db in DATABASES:
+        skipped: list[StoredRecordError] = []
+        seen = 0
+        with store._env.begin() as txn:
+            keys = [bytes(k) for k, _ in txn.cursor(db=store._dbs[db])]
+        for key_bytes in keys:
+            key = key_bytes.decode(errors="replace")
+            seen += 1
+            try:
+                record = tolerant_get(store, db, key, skipped)
+            except UnicodeError:
+                record = None
+            if record is None:
+                for exc in skipped:
+                    problems.append(StoredRecordError(f"{exc}{_step_of(db, key)}"))
+                skipped.clear()
+                if key_bytes != key.encode():
+                    problems.append(StoredRecordError(f"record {key!r} in database {db!r} has a key that is not text{_step_of(db, key)}"))
+                continue
+            expected = _expected_key(db, record)
+            if expected is not None and expected != key:
+                problems.append(StoredRecordError(
+                    f"record {key!r} in database {db!r} is under the wrong key (its fields say {expected!r}){_step_of(db, key, record)}"))
+        counts[db] = seen
+    if counts.get("meta", 0) == 0 and any(counts.get(db, 0) for db in ("trajectories", "batches", "environments")):
+        problems.append(StoredRecordError("the run state (database 'meta', key 'state') is missing while the store holds records"))
+    return problems
+
+
+def damage_line(where, problems: list[StoredRecordError]) -> str:
+    """One line for a store (at `where`) with damaged records: how many, the first named, and the fix."""
+    by_record: dict[str, str] = {}  # one per record: a scan and check_records may both have named it
+    for p in problems:
+        text = str(p)
+        match = re.match(r"record '.*?' in database '\w+'", text)
+        by_record.setdefault(match.group(0) if match else text, text)
+    unique = list(by_record.values())
+    more = f" (and {len(unique) - 1} more)" if len(unique) > 1 else ""
+    return (f"{where}: {len(unique)} damaged record{'s' if len(unique) != 1 else ''}{more}, the first: {unique[0]}; "
+            "what could be read was used, but the run is not whole")

@@ -116,7 +116,7 @@ def inspect_main(paths: RunPaths, args) -> int:
     if args.sort not in SORT_KEYS:
         raise UsageError(f"--sort {args.sort}: choose one of {', '.join(SORT_KEYS)}")
     skipped: list = []
-    store = open_store(paths)
+    store = open_store(paths, skipped)
     try:
         if args.env:
             lines = environment_lines(store, paths, args.env, skipped)
@@ -136,6 +136,6 @@ def inspect_main(paths: RunPaths, args) -> int:
             lines = list_lines(rows)
     finally:
         store.close()
-    report_skipped(skipped)
     sys.stdout.write("\n".join(lines) + "\n")
+    report_skipped(skipped, paths)
     return 0

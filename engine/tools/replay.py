@@ -6,7 +6,8 @@
     replay RUN_DIR --train [--steps A:B] [--objective NAME ...] [--out DIR]  the learner's updates again (learner/replay.py)
 
 Every mode opens the store read-only: LMDB readers never block the engine's writer, so all of them work while the run
-is going, and on a read-only copy of a finished one. Bad records are skipped and named on stderr (storage/scan.py).
+is going, and on a read-only copy of a finished one. Every record is checked (storage/scan.py check_records): with
+damaged ones a command does what it can, then names the first in one line and exits 2.
 
 `--train` is split at the package rule: the learner never reads the store. This module writes the selected batches,
 as the engine sent them (`TrainBatch`: samples with their stored behaviour log-probs, versions and advantages),
@@ -27,20 +28,29 @@ from engine.protocol.messages import TrainBatch
 from engine.protocol.paths import RunPaths, read_checkpoint_version
 from engine.protocol.replay_batches import ReplayBatches, write_batches
 from storage.records import StoredRecordError
-from storage.scan import describe_skipped, tolerant, tolerant_get, trajectories
+from storage.scan import check_records, damage_line, tolerant, tolerant_get, trajectories
 from storage.store import Store, StoreMissing
 
 
-def open_store(paths: RunPaths) -> Store:
+def open_store(paths: RunPaths, skipped: list[StoredRecordError]) -> Store:
+    """The run's store, read-only, with every record checked first (storage/scan.py check_records): the damaged
+    ones go to `skipped`, and `report_skipped` ends the command with them (a damaged run never reads as empty)."""
     try:
-        return Store.open(paths.store, readonly=True)
+        store = Store.open(paths.store, readonly=True)
     except StoreMissing as exc:
         raise UsageError(str(exc)) from None
+    try:
+        skipped.extend(check_records(store))
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
-def report_skipped(skipped: list[StoredRecordError]) -> None:
-    for line in describe_skipped(skipped):
-        print(line, file=sys.stderr)
+def report_skipped(skipped: list[StoredRecordError], paths: RunPaths) -> None:
+    """After the command did what it could: damaged records end it in one line naming the first (exit 2)."""
+    if skipped:
+        raise StoredRecordError(damage_line(paths.store, skipped))
 
 
 def print_main(args) -> int:
@@ -53,7 +63,7 @@ def print_main(args) -> int:
         if tokenizer is None:
             raise UsageError(f"--tokens needs the run's tokenizer, and {Path(paths.read_model_path()) / 'tokenizer.json'} cannot be read")
     shown, skipped = 0, []
-    store = open_store(paths)
+    store = open_store(paths, skipped)
     try:
         for t in trajectories(store, skipped, args.step):
             if (args.role and t.role != args.role) or (args.env and t.env_id != args.env):
@@ -74,7 +84,7 @@ def print_main(args) -> int:
         done = state.steps_done if state is not None else 0
     finally:
         store.close()
-    report_skipped(skipped)
+    report_skipped(skipped, paths)
     if shown == 0:
         held = f" (it holds steps 0 to {done - 1})" if done else " (it holds no step yet)"
         raise InputError(f"no trajectories match {_filters(args)} in {paths.store}{held}")
@@ -90,14 +100,14 @@ def export_main(args) -> int:
     from engine.tools.export import export_run
 
     paths, skipped = RunPaths(args.run_dir), []
-    store = open_store(paths)
+    store = open_store(paths, skipped)
     try:
         written = export_run(store, Path(args.export), skipped)
     finally:
         store.close()
-    report_skipped(skipped)
     for file in written:
         print(f"wrote {file}")
+    report_skipped(skipped, paths)
     return 0
 
 
@@ -105,12 +115,12 @@ def rescore_main(args, config, out: Path) -> int:
     from engine.tools.rescore import rescore, summary_lines, write_rows
 
     paths, skipped = RunPaths(args.run_dir), []
-    store = open_store(paths)
+    store = open_store(paths, skipped)
     try:
         rows = rescore(store, config, skipped)
     finally:
         store.close()
-    report_skipped(skipped)
+    report_skipped(skipped, paths)
     if not rows:
         raise InputError(f"{paths.store} holds no plays to rescore")
     for line in summary_lines(rows):
@@ -153,7 +163,7 @@ def export_train_batches(paths: RunPaths, steps: str | None, out: Path) -> Path:
 
     a, b = parse_steps(steps)
     skipped: list[StoredRecordError] = []
-    store = open_store(paths)
+    store = open_store(paths, skipped)
     try:
         records = sorted(tolerant(store, "batches", skipped), key=lambda r: r.version)
         chosen = [r for r in records if r.step >= a and (b is None or r.step <= b)]
@@ -173,7 +183,7 @@ def export_train_batches(paths: RunPaths, steps: str | None, out: Path) -> Path:
                 batches.append((record.version, TrainBatch(step=record.step, samples=samples, checkpoint=False, sample_norm=record.sample_norm)))
     finally:
         store.close()
-    report_skipped(skipped)
+    report_skipped(skipped, paths)
     out.mkdir(parents=True, exist_ok=True)
     file = out / "batches.msgpack"
     write_batches(file, ReplayBatches(

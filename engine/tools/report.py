@@ -199,9 +199,10 @@ def _details(store, paths: RunPaths, rows: list[EnvRow], skipped: list) -> str:
     return "".join(parts)
 
 
-def write_report(paths: RunPaths, out: Path | None = None) -> str:
-    """Write the report to `out` (default RUN_DIR/report.html) and return its path."""
-    from storage.scan import describe_skipped, tolerant
+def write_report(paths: RunPaths, out: Path | None = None, problems: list | None = None) -> str:
+    """Write the report to `out` (default RUN_DIR/report.html) and return its path. The store's damaged records
+    (storage/scan.py check_records) are listed in the page, and appended to `problems` when it is given."""
+    from storage.scan import check_records, describe_skipped, tolerant
     from storage.store import Store
 
     metrics = read_rows(paths.metrics)
@@ -212,14 +213,18 @@ def write_report(paths: RunPaths, out: Path | None = None) -> str:
     if (paths.store / "data.mdb").exists():
         store = Store.open(paths.store, readonly=True)
         try:
-            rows = sorted(environment_rows(store, skipped), key=lambda r: (r.step, r.env_id))
-            rewards = list(tolerant(store, "designer_rewards", skipped))
-            counts = Counter((t.role, t.arm, t.status) for t in tolerant(store, "trajectories", skipped))
-            rejected = Counter(rejection_reason(e.reason) for e in tolerant(store, "environments", []) if not e.valid)
+            skipped = check_records(store)  # what the scans below skip is among these
+            seen: list = []
+            rows = sorted(environment_rows(store, seen), key=lambda r: (r.step, r.env_id))
+            rewards = list(tolerant(store, "designer_rewards", seen))
+            counts = Counter((t.role, t.arm, t.status) for t in tolerant(store, "trajectories", seen))
+            rejected = Counter(rejection_reason(e.reason) for e in tolerant(store, "environments", seen) if not e.valid)
             best, worst, by = best_and_worst(rows)
-            details = _details(store, paths, best + worst, skipped)
+            details = _details(store, paths, best + worst, seen)
         finally:
             store.close()
+        if problems is not None:
+            problems.extend(skipped)
     meta = paths.read_meta()
     env_table = [[f"<a href='#env-{anchor(r.env_id)}'>{_e(r.env_id)}</a>" if r in best + worst else _e(r.env_id), _e(r.skill), r.step,
                   _e(r.source), _e(r.verdict), _num(r.win.get("no_hint")), _num(r.win.get("hint")), _num(r.regret, "+.2f"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.protocol.messages import Sample, pack_floats, pack_ints, pack_mask
-from storage.records import StoredRecordError, TrajectoryRecord
+from storage.records import RunState, StoredRecordError, TrajectoryRecord
 from storage.scan import describe_skipped, tolerant, tolerant_get, trajectories
 from storage.store import Store, trajectory_key, trajectory_prefix
 
@@ -43,3 +43,29 @@ def test_a_step_scan_takes_that_step_only(tmp_path):
     assert [t.sample_id for t in store.trajectories(10)] == ["t1"]
     assert store.trajectory(trajectory_key(10, "t1")).step == 10
     store.close()
+
+
+def test_check_records_names_a_record_under_a_scrambled_key_and_a_missing_run_state(tmp_path):
+    """A scrambled key hides a record from every scan by step or id (a damaged run would read as an empty one):
+    each record must sit under the key its own fields give, and the run state must be there."""
+    from storage.scan import check_records, damage_line
+
+    store = Store.open(tmp_path / "store")
+    try:
+        with store.batch() as batch:
+            batch.put_trajectory(_trajectory("a", 3))
+            batch.put_state(RunState(steps_done=4))
+        assert check_records(store) == []
+        with store._env.begin(write=True) as txn:
+            value = txn.get(b"00000003/a", db=store._dbs["trajectories"])
+            txn.delete(b"00000003/a", db=store._dbs["trajectories"])
+            txn.put(b"0\x1a000003/a", value, db=store._dbs["trajectories"])
+            txn.delete(b"state", db=store._dbs["meta"])
+        problems = [str(p) for p in check_records(store)]
+        assert len(problems) == 2, problems
+        assert "in database 'trajectories' is under the wrong key (its fields say '00000003/a') (step 3)" in problems[0]
+        assert "the run state (database 'meta', key 'state') is missing" in problems[1]
+        line = damage_line(store.path, check_records(store))
+        assert "\n" not in line and line.startswith(f"{store.path}: 2 damaged records (and 1 more), the first: record ")
+    finally:
+        store.close()

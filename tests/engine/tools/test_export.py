@@ -93,15 +93,15 @@ def test_export_reads_while_the_engine_writes(small_run):
         again.close()
 
 
-def test_a_bad_record_is_named_and_skipped(small_run, tmp_path, capsys):
+def test_a_bad_record_is_named_and_the_rest_exported_and_the_command_fails(small_run, tmp_path, capsys):
     store = Store.open(small_run.paths.store)
     with store._env.begin(write=True) as txn:
         txn.put(b"00000000/broken", b"\x93not a record", db=store._dbs["trajectories"])
     store.close()
     out = tmp_path / "all.jsonl"
-    assert main(["replay", str(small_run.paths.root), "--export", str(out)]) == 0
+    assert main(["replay", str(small_run.paths.root), "--export", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "warning: skipped a bad record: record '00000000/broken' in database 'trajectories' is corrupt" in err
-    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "1 damaged record, the first: record '00000000/broken' in database 'trajectories' is corrupt" in err and "(step 0)" in err
     kinds = [json.loads(line)["kind"] for line in out.read_text().splitlines()]
     assert kinds.count("trajectory") == 11 and "state" in kinds  # 3 designs + 8 plays: the rest is all there

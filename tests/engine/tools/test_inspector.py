@@ -102,7 +102,8 @@ def test_a_bad_record_is_reported_and_the_rest_listed(small_run, capsys):
     with store._env.begin(write=True) as txn:
         txn.put(b"zz-broken", b"\xc1", db=store._dbs["environments"])
     store.close()
-    assert main(["inspect", str(small_run.paths.root)]) == 0
+    assert main(["inspect", str(small_run.paths.root)]) == 2
     captured = capsys.readouterr()
-    assert "warning: skipped a bad record: record 'zz-broken' in database 'environments' is corrupt" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1, captured.err
+    assert "damaged record, the first: record 'zz-broken' in database 'environments' is corrupt" in captured.err
     assert ENV_A in captured.out and ENV_BAD in captured.out and "Traceback" not in captured.err

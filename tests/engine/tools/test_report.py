@@ -24,12 +24,15 @@ def test_the_report_of_a_small_run(small_run):
     assert f"href='#traj-{key}'" in page and f"<section id='traj-{key}'>" in page
 
 
-def test_a_bad_record_is_listed_and_the_report_still_written(small_run, capsys):
+def test_a_bad_record_is_listed_and_the_report_still_written_and_the_command_fails(small_run, capsys):
     store = Store.open(small_run.paths.store)
     with store._env.begin(write=True) as txn:
         txn.put(b"zz-broken", b"\x93oops", db=store._dbs["designer_rewards"])
     store.close()
-    assert main(["report", str(small_run.paths.root)]) == 0
+    assert main(["report", str(small_run.paths.root)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "record 'zz-broken' in database 'designer_rewards' is corrupt" in err, err
+    assert f"(the report lists them: {small_run.paths.report})" in err
     page = small_run.paths.report.read_text()
     assert "<h2 id='store-problems'>" in page and "record &#x27;zz-broken&#x27; in database &#x27;designer_rewards&#x27; is corrupt" in page
     check_report(page)
