@@ -10,6 +10,11 @@ Leases: a task sent to a worker is leased to that worker's identity (`WorkerStat
 an answer only from the identity holding the lease, and hands any other to `Leases` (engine/peers/leases.py), which
 tells late answers from rejected ones and bans an identity that keeps sending the latter. Sends never wait: a
 worker whose queue is full (it does not read) or who is gone is dropped and its tasks requeued.
+
+Deadlines: a lease lasts at most `deadline_s(task)` (the hub's: worker.lease_factor x the task's own time bound).
+A task past it is taken back (a late answer is then no offence), counted against the worker (`timed_out_tasks`)
+and sent again, the send counting as an attempt, so a task that hangs every worker fails after its retries instead
+of holding the run; a worker that lets `max_timeouts` leases pass is dropped.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ class WorkerState(msgspec.Struct, kw_only=True):
     policy_version: int
     last_seen: float
     in_flight: dict[str, Task] = msgspec.field(default_factory=dict)
+    leased_at: dict[str, float] = msgspec.field(default_factory=dict)  # task id -> monotonic time of its send
+    timeouts: int = 0  # leases this worker let pass their deadline
 
 
 class _Waiting:
@@ -51,9 +58,12 @@ class _Waiting:
 
 
 class Dispatcher:
-    def __init__(self, sock: MessageSocket, *, retries: int = 1, on_result: Callable[[Result], None] | None = None):
+    def __init__(self, sock: MessageSocket, *, retries: int = 1, on_result: Callable[[Result], None] | None = None,
+                 deadline_s: Callable[[Task], float] | None = None, max_timeouts: int = 3):
         self._sock = sock
         self._retries = retries
+        self._deadline_s = deadline_s
+        self._max_timeouts = max_timeouts
         self._pending: collections.deque[str] = collections.deque()
         self._waiting: dict[str, _Waiting] = {}
         self.workers: dict[bytes, WorkerState] = {}
@@ -118,6 +128,7 @@ class Dispatcher:
                 self.drop_worker(ident)
             return verdict
         del state.in_flight[result.task_id]
+        state.leased_at.pop(result.task_id, None)
         state.last_seen = time.monotonic()
         waiting = self._waiting.get(result.task_id)
         if waiting is None or waiting.done.is_set():
@@ -141,6 +152,7 @@ class Dispatcher:
                 self._pending.appendleft(task_id)
                 self.requeued += 1
         state.in_flight.clear()
+        state.leased_at.clear()
 
     def _kick(self) -> None:
         """Send what the credit allows, now: sends never wait (a full or gone peer is dropped), so there is no
@@ -173,6 +185,7 @@ class Dispatcher:
                 continue
             waiting.attempts += 1
             worker.in_flight[task_id] = waiting.task
+            worker.leased_at[task_id] = time.monotonic()
             if not self._sock.try_send_to(worker.ident, waiting.task):
                 self.drop_worker(worker.ident)  # gone, or not reading: the task goes back to the queue
 
@@ -181,14 +194,51 @@ class Dispatcher:
         task_status.started()
         await trio.sleep_forever()
 
-    async def watch_liveness(self, dead_after_s: float, on_dead: Callable[[WorkerState], None]) -> None:
+    async def watch_liveness(self, dead_after_s: float, on_dead: Callable[[WorkerState], None],
+                             on_timeout: Callable[[WorkerState, str, bool], None] | None = None) -> None:
+        """Drop silent workers (their tasks requeued) and take back leases past their deadline."""
         while True:
-            await trio.sleep(min(dead_after_s / 4, 5.0))
+            await trio.sleep(min(dead_after_s / 4, 1.0))
             now = time.monotonic()
             for ident, state in list(self.workers.items()):
                 if now - state.last_seen > dead_after_s:
                     self.drop_worker(ident)
                     on_dead(state)
+                elif self._deadline_s is not None:
+                    self.expire_leases(state, now, on_timeout)
+
+    def expire_leases(self, state: WorkerState, now: float, on_timeout=None) -> None:
+        """Take back `state`'s leases past their deadline; drop the worker at its `max_timeouts`-th."""
+        late = [t for t, at in state.leased_at.items() if now - at > self._deadline_s(state.in_flight[t])]
+        for task_id in late:
+            del state.in_flight[task_id]
+            del state.leased_at[task_id]
+            self.leases.ended(task_id, state.ident)
+            self.leases.counters["timed_out_tasks"] += 1
+            state.timeouts += 1
+            waiting = self._waiting.get(task_id)
+            if waiting is not None and not waiting.done.is_set():
+                if waiting.attempts <= self._retries:
+                    self._pending.append(task_id)
+                else:  # it outlived every lease it was given: failed, so the run goes on
+                    self._finish(task_id, TaskFailed(task_id=task_id, worker_id=state.worker_id,
+                                                     reason=f"no answer within its lease deadline ({waiting.attempts} workers tried)"))
+            dropped = self._max_timeouts > 0 and state.timeouts >= self._max_timeouts
+            if on_timeout is not None:
+                on_timeout(state, task_id, dropped)
+            if dropped:
+                self.leases.counters["timed_out_workers"] += 1
+                self.drop_worker(state.ident)
+                break
+        if late:
+            self._kick()
+
+    def _finish(self, task_id: str, result: Result) -> None:
+        waiting = self._waiting.pop(task_id)
+        waiting.result = result
+        waiting.done.set()
+        if self._on_result is not None:
+            self._on_result(result)
 
     async def broadcast(self, message) -> None:
         for ident in list(self.workers):

@@ -28,6 +28,7 @@ from engine.protocol.config import Config
 from engine.protocol.errors import RunFailed
 from engine.protocol.messages import (
     DesignResult,
+    DesignTask,
     FetchChunk,
     FetchManifest,
     FetchRunInfo,
@@ -50,6 +51,15 @@ from engine.protocol.messages import (
 from engine.protocol.paths import RunPaths
 from engine.protocol.transport import MessageSocket, ProtocolError, short_id
 
+
+
+def lease_deadline_s(task, config) -> float:
+    """How long a worker may hold `task` unanswered: worker.lease_factor x the task's own time bound (an episode's
+    wall clock and a policy load; a design also one generation call)."""
+    bound = config.sandbox.episode_timeout_s + config.inference.sync_timeout_s
+    if isinstance(task, DesignTask):
+        bound += config.inference.request_timeout_s
+    return config.worker.lease_factor * bound
 
 class Hub:
     def __init__(self, config: Config, paths: RunPaths, view: LiveView, *, on_published: Callable[[PolicyPublished], None]):
@@ -206,7 +216,8 @@ class Hub:
         """Serve the peers, start the learner and workers, run `main` once both are ready, then tell them to stop."""
         async with self.bus.open() as (worker_sock, learner_sock), trio.open_nursery() as nursery:
             self.worker_sock, self.learner_sock = worker_sock, learner_sock
-            self.dispatcher = Dispatcher(worker_sock, on_result=self._on_result)
+            self.dispatcher = Dispatcher(worker_sock, on_result=self._on_result, deadline_s=lambda task: lease_deadline_s(task, self.config),
+                                         max_timeouts=self.config.worker.max_timeouts)
             self.policy_server = PolicyServer(self.paths, worker_sock, self._run_info)
             self.bus.extra["workers"] += [lambda: self.dispatcher.leases.counters, lambda: self.policy_server.counters]
             await nursery.start(self.dispatcher.run)
@@ -216,7 +227,7 @@ class Hub:
             nursery.start_soon(self._receive_learner)
             for service in services:
                 nursery.start_soon(service, self.dispatcher)
-            nursery.start_soon(self.dispatcher.watch_liveness, self.config.worker.dead_after_s, self._worker_dead)
+            nursery.start_soon(self.dispatcher.watch_liveness, self.config.worker.dead_after_s, self._worker_dead, self._lease_timed_out)
             self._start_children(nursery)
             self.view.status("starting the learner and rollout workers (loading the model)")
             await self._learner_ready.wait()
@@ -235,6 +246,10 @@ class Hub:
 
     def _worker_dead(self, state: WorkerState) -> None:
         self.view.line(f"warning: worker {state.worker_id} went silent; its tasks were requeued")
+
+    def _lease_timed_out(self, state: WorkerState, task_id: str, dropped: bool) -> None:
+        self.view.line(f"warning: worker {state.worker_id} did not answer task {task_id} within its lease deadline; it goes to "
+                       "another worker" + (f" and {state.worker_id} is dropped ({state.timeouts} timed out)" if dropped else ""))
 
     def _start_children(self, nursery) -> None:
         learner = learner_child(self.paths, self.config.learner.world_size, token=self.bus.token)

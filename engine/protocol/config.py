@@ -223,6 +223,11 @@ class WorkerConfig(Section):
     dead_after_s: float = 60.0  # a worker silent this long is dropped and its tasks requeued
     connect_timeout_s: float = 60.0  # a worker whose hello nobody answers in this long gives up with an error
     max_rejected: int = 3  # a worker whose results fail the engine's checks this many times is dropped (engine/peers/result_checks.py); 0: never
+    # A leased task not answered within lease_factor x its own time bound (a play: sandbox.episode_timeout_s +
+    # inference.sync_timeout_s; a design adds inference.request_timeout_s) is taken back and sent to another worker;
+    # a worker that lets max_timeouts of them pass is dropped (0: never). engine/peers/dispatch.py
+    lease_factor: float = 2.0
+    max_timeouts: int = 3
 
 
 class EvalConfig(Section):

@@ -184,6 +184,10 @@ def check_config(config: Config) -> None:
     for name in NOT_NEGATIVE:
         if (value := _value(c, name)) < 0:
             raise ConfigError(f"{name} must be >= 0 (got {value})")
+    if c.worker.lease_factor < 1.0:
+        raise ConfigError(f"worker.lease_factor must be at least 1 (got {c.worker.lease_factor}): a shorter deadline than a task's own bound times out honest workers")
+    if c.worker.max_timeouts < 0:
+        raise ConfigError(f"worker.max_timeouts must be >= 0 (got {c.worker.max_timeouts})")
     if c.play.plays_per_env + c.play.hint_plays_per_env < 1:
         raise ConfigError("play.plays_per_env + play.hint_plays_per_env must be at least 1")
     if c.play.edit_draws > MAX_DRAWS:

@@ -24,6 +24,7 @@ from engine.batches import stored_batch_samples
 from engine.protocol.messages import (
     DesignTask,
     EngineToWorker,
+    Heartbeat,
     PlayResult,
     PlayTask,
     PolicyPublished,
@@ -198,3 +199,55 @@ def test_a_forged_policy_published_changes_nothing(tiny_model_path, tmp_path, pr
     assert max(versions) <= STEPS  # every token was sampled by a version the learner published
     assert str(evil) not in (run_dir / "logs" / "worker-w0.log").read_text()
     _check_resumable(processes, run_dir, STEPS + 1)
+
+
+def _silent_worker(address: str, deadline: float, stop) -> list[str]:
+    """Say hello, heartbeat, take what is sent and never answer. Returns the task ids it was leased."""
+    decoder = msgspec.msgpack.Decoder(EngineToWorker)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, b"silent")
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    sock.send(msgspec.msgpack.encode(WorkerHello(worker_id="silent", pid=os.getpid(), slots=1, isolation="none", backend="silent", policy_version=0)))
+    taken, beat = [], 0.0
+    try:
+        while time.monotonic() < deadline and not stop():
+            if time.monotonic() - beat > 1.0:
+                sock.send(msgspec.msgpack.encode(Heartbeat(worker_id="silent", policy_version=0, busy=len(taken))))
+                beat = time.monotonic()
+            if sock.poll(100):
+                message = decoder.decode(sock.recv())
+                if isinstance(message, (PlayTask, DesignTask, ValidateTask)):
+                    taken.append(message.task_id)
+    finally:
+        sock.close()
+    return taken
+
+
+def test_a_worker_that_holds_tasks_and_never_answers_is_timed_out_and_the_run_finishes(tiny_model_path, tmp_path, processes):  # noqa: F811
+    """Its leases pass their deadline (worker.lease_factor x the task's own bound, small here), each task goes to the
+    engine's own worker, the silent one is dropped after worker.max_timeouts, and the run ends as usual."""
+    run_dir = tmp_path / "run"
+    output = tmp_path / "engine.out"
+    extra = ["--set", "sandbox.episode_timeout_s=4", "--set", "inference.sync_timeout_s=1", "--set", "inference.request_timeout_s=2",
+             "--set", "worker.lease_factor=1", "--set", "worker.max_timeouts=2"]
+    with open(output, "w") as out:
+        engine = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=3, extra=extra), stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    _wait_for(output, "worker w0 joined", deadline)
+    processes.track(engine.pid)
+    taken = _silent_worker(RunPaths(run_dir).worker_address, deadline, stop=lambda: engine.poll() is not None)
+    assert engine.wait(timeout=60) == 0, output.read_text()
+    text = output.read_text()
+    assert len(taken) >= 2, (taken, text)
+    assert "warning: worker silent did not answer task" in text and "silent is dropped (2 timed out)" in text, text
+    counters = json.loads((run_dir / "run.json").read_text())["bus"]["workers"]
+    assert counters["timed_out_tasks"] >= 2 and counters["timed_out_workers"] >= 1, counters
+    store = Store.open(run_dir / "store", readonly=True)
+    try:
+        state = store.state()
+        done = {t.sample_id for t in store.trajectories()} | {e.env_id for e in store.environments()}
+    finally:
+        store.close()
+    assert state.finished and state.steps_done == 3
+    assert set(taken) <= done, (taken, sorted(done))  # every task it held was done by w0 instead

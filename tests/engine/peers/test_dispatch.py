@@ -1,4 +1,4 @@
-"""The dispatcher: credit-bounded sends, results to the waiter, requeue on a dead worker, retry on failure."""
+"""The dispatcher: credit-bounded sends, results to the waiter, requeue on a dead worker, retry on failure, and\nlease deadlines (a silent worker's task goes to another; a worker that keeps timing out is dropped)."""
 
 import time
 
@@ -7,7 +7,8 @@ import trio.testing
 import zmq
 
 from engine.peers.dispatch import Dispatcher, WorkerState
-from engine.protocol.messages import EngineToWorker, Heartbeat, PlayTask, TaskFailed, WorkerToEngine
+from engine.protocol.messages import EngineToWorker, Heartbeat, PlayResult, PlayTask, TaskFailed, WorkerToEngine
+from tests.engine.builders import make_sample
 from engine.protocol.transport import open_socket
 
 
@@ -61,3 +62,60 @@ def test_tasks_respect_slots_and_are_requeued_from_a_dead_worker(tmp_path):
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_a_lease_past_its_deadline_goes_to_another_worker_and_a_worker_that_keeps_timing_out_is_dropped(tmp_path):
+    """Worker a takes tasks and never answers: each lease passes its deadline, the task goes to worker b, which
+    answers; a's second timeout drops it. A task no worker answers fails after its retries instead of hanging."""
+    address = f"ipc://{tmp_path}/d.sock"
+    timeouts = []
+
+    async def main():
+      with trio.fail_after(30):
+        async with (
+            open_socket(zmq.ROUTER, address, bind=True, decode=WorkerToEngine) as router,
+            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"a") as a,
+            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"b") as b,
+            trio.open_nursery() as nursery,
+        ):
+            for dealer in (a, b):
+                await dealer.send(Heartbeat(worker_id="x", policy_version=0, busy=0))
+                await router.receive_from()
+            dispatcher = Dispatcher(router, retries=1, deadline_s=lambda task: 0.3, max_timeouts=2)
+            await nursery.start(dispatcher.run)
+            nursery.start_soon(dispatcher.watch_liveness, 3600.0, lambda state: None,
+                               lambda state, task_id, dropped: timeouts.append((state.worker_id, task_id, dropped)))
+            now = time.monotonic()
+            dispatcher.add_worker(WorkerState(ident=b"a", worker_id="a", slots=2, isolation="", backend="", policy_version=0, last_seen=now))
+            results = {}
+
+            async def run():
+                results["all"] = await dispatcher.run_tasks([_task(0), _task(1)])
+
+            nursery.start_soon(run)
+            assert sorted([(await a.receive()).task_id, (await a.receive()).task_id]) == ["t0", "t1"]  # a holds both, silent
+            while dispatcher.workers.get(b"a") is not None:  # heartbeats keep it alive; only the deadline catches it
+                dispatcher.seen(b"a")
+                await trio.sleep(0.05)
+            assert sorted(t for _, t, _ in timeouts) == ["t0", "t1"] and timeouts[-1][2] is True  # the second drops a
+            dispatcher.add_worker(WorkerState(ident=b"b", worker_id="b", slots=2, isolation="", backend="", policy_version=0, last_seen=time.monotonic()))
+            first = await b.receive()
+            dispatcher.complete(b"b", _answer(first.task_id))
+            second = await b.receive()  # b is silent on this one too: its second lease fails it for good
+            while "all" not in results:
+                dispatcher.seen(b"b")
+                await trio.sleep(0.05)
+            got = {r.task_id: r for r in results["all"]}
+            assert not isinstance(got[first.task_id], TaskFailed)
+            assert isinstance(got[second.task_id], TaskFailed) and "lease deadline" in got[second.task_id].reason
+            assert dispatcher.leases.counters["timed_out_tasks"] == 3 and dispatcher.leases.counters["timed_out_workers"] == 1
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+
+def _answer(task_id):
+    return PlayResult(task_id=task_id, worker_id="b", env_id="e", arm="no_hint", seed=0, status="completed", failure="",
+                      episode_return=1.0, turns=[], agent=make_sample(task_id, "agent", "e", "s", "no_hint", 0),
+                      tokens_generated=1, seconds=0.1)

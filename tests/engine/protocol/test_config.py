@@ -192,6 +192,8 @@ LEARNER_BAD = [
     (["learner.checkpoint_every=-1"], r"^learner\.checkpoint_every must be >= 0 \(got -1\)$"),
     (["learner.keep_checkpoints=-1"], r"^learner\.keep_checkpoints must be >= 0 \(got -1\)$"),
     (["learner.lora_rank=-1"], r"^learner\.lora_rank must be >= 0 \(got -1\)$"),
+    (["worker.lease_factor=0.5"], r"^worker\.lease_factor must be at least 1 \(got 0\.5\): a shorter deadline"),
+    (["worker.max_timeouts=-1"], r"^worker\.max_timeouts must be >= 0 \(got -1\)$"),
     (
         ["learner.warmup_steps=4", "learner.total_steps=4"],
         r"^learner\.total_steps \(4\) must exceed learner\.warmup_steps \(4\), or be 0 for no decay$",
