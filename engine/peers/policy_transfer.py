@@ -15,8 +15,10 @@ so hashing a large model (on a thread, once per version) never holds up the rece
 
 Chunks are sent on credit: each carries a ticket the worker returns in a later request (proof it read it); a peer
 holds at most `WINDOW` unreturned tickets (a request beyond that is dropped, and the worker asks again), tickets
-expire after `TICKET_TTL_S` (a reply lost on the way), and at most `MAX_FETCHING` peers hold tickets at once. So a
-peer that asks and never reads makes the engine queue a few chunks per TTL, not thousands.
+expire after `TICKET_TTL_S` (a reply lost on the way, or a peer that stopped asking: when the table of fetchers is
+full every peer's old tickets are dropped first), and at most `MAX_FETCHING` peers hold tickets at once. So a peer
+that asks and never reads makes the engine queue a few chunks per TTL, not thousands, and a crowd of such peers
+keeps a new worker out for at most one TTL.
 """
 
 from __future__ import annotations
@@ -111,18 +113,32 @@ class PolicyServer:
     def _credit(self, ident: bytes, receipts: list[int]) -> bool:
         """Take `ident`'s returned tickets; whether it may be sent one more chunk."""
         held = self._tickets.get(ident)
-        if held is None:
-            return len(self._tickets) < MAX_FETCHING
         now = time.monotonic()
+        if held is None:
+            if len(self._tickets) >= MAX_FETCHING:
+                self._expire_all(now)  # peers that asked and went away (or never read) lose their tickets
+            return len(self._tickets) < MAX_FETCHING
         for ticket in receipts:
             held.pop(ticket, None)
+        self._expire(ident, held, now)
+        if ident not in self._tickets:
+            return True
+        return len(held) < WINDOW
+
+    def _expire(self, ident: bytes, held: dict[int, float], now: float) -> None:
         for ticket in [t for t, sent in held.items() if now - sent > TICKET_TTL_S]:
             del held[ticket]
             self.counters["chunk_tickets_expired"] += 1
         if not held:
             del self._tickets[ident]
-            return True
-        return len(held) < WINDOW
+
+    def _expire_all(self, now: float) -> None:
+        """Every peer's tickets past TICKET_TTL_S dropped: a fetcher that stopped asking holds none for long."""
+        for ident, held in list(self._tickets.items()):
+            before = len(held)
+            self._expire(ident, held, now)
+            if ident not in self._tickets and before:
+                self.counters["fetchers_expired"] += 1
 
     # ------------------------------------------------------------ folders
     def _roots(self) -> list[Path]:

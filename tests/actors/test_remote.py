@@ -196,3 +196,25 @@ async def _handled(server, requests: int) -> None:
     with trio.fail_after(30):
         while server.counters["chunks_served"] + server.counters["chunk_requests_refused"] < requests:
             await trio.sleep(0.01)
+
+
+def test_stalled_fetchers_tickets_expire_and_a_new_worker_then_gets_chunks(run, monkeypatch):
+    """MAX_FETCHING peers that each took a chunk and never came back fill the table of fetchers: a new worker is
+    refused until their tickets pass TICKET_TTL_S, then it is served (the stalled peers' tickets are dropped)."""
+    import engine.peers.policy_transfer as transfer
+
+    paths, *_ = run
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(transfer.time, "monotonic", lambda: clock["now"])
+    server = transfer.PolicyServer(paths, sock=None, run_info=lambda: None)
+    for i in range(transfer.MAX_FETCHING):
+        assert server._credit(b"stalled-%d" % i, [])
+        server._tickets.setdefault(b"stalled-%d" % i, {})[i] = clock["now"]  # a chunk sent, its ticket never returned
+    assert not server._credit(b"honest", [])  # the table is full
+    clock["now"] += transfer.TICKET_TTL_S / 2
+    assert not server._credit(b"honest", [])  # not yet: the tickets are young
+    clock["now"] += transfer.TICKET_TTL_S
+    assert server._credit(b"honest", [])
+    assert len(server._tickets) == 0
+    assert server.counters["chunk_tickets_expired"] == transfer.MAX_FETCHING
+    assert server.counters["fetchers_expired"] == transfer.MAX_FETCHING
