@@ -37,6 +37,7 @@ from engine.protocol.keys import (
     WorkerKey,
     key_is_private,
     needs_keys,
+    read_ipc_secret,
     read_worker_key,
 )
 from engine.protocol.lifeline import cancel_on_signal, cancel_when_engine_gone, engine_pid
@@ -108,6 +109,8 @@ async def run_worker(opts: WorkerOptions) -> None:
             key = read_worker_key(paths.keys / WORKER_FILE)  # the engine's own worker on a tcp socket
     if needs_keys(address) and key is None:
         raise InputError(f"{address} is a tcp socket: the engine admits only holders of its key: give --key FILE (RUN_DIR/keys/{WORKER_FILE} of the engine's machine)")
+    # On an ipc socket the hello carries the run's secret (engine/protocol/keys.py), read in the run directory.
+    secret = read_ipc_secret(paths.keys) if not needs_keys(address) and paths is not None else ""
     max_mb = config.worker.max_message_mb if config else DEFAULT_MAX_MESSAGE_MB
     async with (
         open_socket(
@@ -136,10 +139,10 @@ async def run_worker(opts: WorkerOptions) -> None:
         elif start_version:
             backend.policy_version = start_version  # it started from that version's full model
         async with open_sandbox_pool(SandboxSettings.from_config(config.sandbox)) as pool:
-            await _serve(sock, nursery, opts, config, backend, pool, fetcher, address)
+            await _serve(sock, nursery, opts, config, backend, pool, fetcher, address, secret)
 
 
-async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetcher: PolicyFetcher, address: str) -> None:
+async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetcher: PolicyFetcher, address: str, secret: str = "") -> None:
     """Hello, then every task until Shutdown: the worker once its backend and sandbox pool are up."""
     from actors.designer import design_environment
     from actors.inference.batcher import Batcher
@@ -155,7 +158,7 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
     def hello() -> WorkerHello:
         return WorkerHello(
             worker_id=worker_id, pid=os.getpid(), slots=config.inference.concurrency, isolation=pool.isolation,
-            backend=backend.name, policy_version=batcher.policy_version,
+            backend=backend.name, policy_version=batcher.policy_version, secret=secret,
         )
 
     await sock.send(hello())

@@ -6,6 +6,8 @@
 - learner socket: the engine starts its learner with a per-run secret in the environment (`LEARNER_TOKEN_ENV`);
   `LearnerGate` takes the first `LearnerHello` that carries it and after that only messages from the identity that
   sent it. Anything else (a forged `PolicyPublished`, a second hello) is rejected and counted.
+- ipc worker socket: in an owner-only folder, and `HelloGate` admits a hello only with the run's ipc secret
+  (RUN_DIR/keys/ipc.secret, engine/protocol/keys.py); a peer that says hello without it is never a worker.
 - worker results: only from the worker holding the task's lease (engine/peers/dispatch.py, engine/peers/leases.py).
 """
 
@@ -21,7 +23,7 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from engine.protocol.keys import ZAP_DOMAIN, ServerKeys
-from engine.protocol.messages import LearnerHello
+from engine.protocol.messages import LearnerHello, WorkerHello
 
 
 class WorkerAuthenticator:
@@ -68,4 +70,18 @@ class LearnerGate:
         elif ident == self.ident and not isinstance(message, LearnerHello):
             return True
         self.counters["rejected_messages"] += 1
+        return False
+
+
+class HelloGate:
+    """Worker hellos on an ipc socket: only with the run's ipc secret (None: a tcp socket, where CURVE decides)."""
+
+    def __init__(self, secret: str | None):
+        self._secret = secret
+        self.counters: collections.Counter[str] = collections.Counter()
+
+    def admit(self, message: WorkerHello) -> bool:
+        if self._secret is None or hmac.compare_digest(message.secret.encode(), self._secret.encode()):
+            return True
+        self.counters["refused_hellos"] += 1
         return False

@@ -16,16 +16,17 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 import trio
 import zmq
 
-from engine.peers.auth import LearnerGate, WorkerAuthenticator, new_token
+from engine.peers.auth import HelloGate, LearnerGate, WorkerAuthenticator, new_token
 from engine.protocol.config import Config
-from engine.protocol.keys import WORKER_FILE, ensure_run_keys, needs_keys
+from engine.protocol.keys import WORKER_FILE, ensure_ipc_secret, ensure_run_keys, needs_keys
 from engine.metrics.live import LiveView
 from engine.protocol.messages import LearnerToEngine, WorkerToEngine
-from engine.protocol.paths import RunPaths
+from engine.protocol.paths import RunPaths, ensure_private_dir
 from engine.peers.ratelimit import Warnings
 from engine.protocol.transport import open_socket
 
@@ -56,6 +57,7 @@ class Bus:
         self.max_message_bytes = config.worker.max_message_mb << 20
         self.token = new_token()  # given to the learner child (engine.protocol.lifeline.LEARNER_TOKEN_ENV)
         self.learner_gate = LearnerGate(self.token)
+        self.hello_gate = HelloGate(None)  # on an ipc worker socket: the run's ipc secret (open)
         self.warnings = Warnings(view.line)
         self.authenticator: WorkerAuthenticator | None = None
         self.worker_sock = self.learner_sock = None
@@ -64,6 +66,11 @@ class Bus:
     @contextlib.asynccontextmanager
     async def open(self):
         keys = None
+        ensure_private_dir(self.paths.socket_dir, "the run's socket folder")  # the learner's socket, the workers' on ipc
+        if not needs_keys(self.worker_address):
+            if self.worker_address != self.paths.worker_address:  # a chosen ipc path: its folder must be as private
+                ensure_private_dir(Path(self.worker_address.removeprefix("ipc://")).parent, "worker.address's folder")
+            self.hello_gate = HelloGate(ensure_ipc_secret(self.paths.keys))
         if needs_keys(self.worker_address):
             advertised = advertised_address(self.worker_address)
             keys = ensure_run_keys(self.paths.keys, advertised)
@@ -93,6 +100,8 @@ class Bus:
             merged: dict[str, int] = dict(sock.counters) if sock is not None else {}
             if own is not None:
                 merged.update(own.counters)
+            if name == "workers":
+                merged.update(self.hello_gate.counters)
             for extra in self.extra[name]:
                 merged.update(extra())
             out[name] = dict(sorted(merged.items()))

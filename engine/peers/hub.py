@@ -99,6 +99,9 @@ class Hub:
             if self.dispatcher.banned(ident):  # it sent results for tasks not leased to it (engine/peers/leases.py)
                 continue
             match message:
+                case WorkerHello() if not self.bus.hello_gate.admit(message):
+                    self.bus.warnings.warn("refused hello", f"refused a worker hello from {short_id(ident)}: it lacks the run's ipc "
+                                           "secret (RUN_DIR/keys/ipc.secret), so it is not one of the run's workers")
                 case WorkerHello():
                     self.dispatcher.add_worker(
                         WorkerState(

@@ -9,7 +9,9 @@
 to a worker machine: the engine's public key, the workers' key pair and the address to connect to. Both files are
 owner-only (0600). The engine's authenticator (engine/peers/auth.py) admits only the public key in worker.key, so a peer
 without the file is refused during the handshake, before any of its frames reach the engine; everything on the
-wire is encrypted. ipc sockets take no keys (a local peer is checked by identity, engine/peers/dispatch.py).
+wire is encrypted. ipc sockets take no CURVE keys: their folder is owner-only (engine/protocol/paths.py
+`ensure_private_dir`), and a worker's hello must carry the run's ipc secret, `keys/ipc.secret` (0600), which the
+engine's own workers and a worker attached with `--run-dir` read there; a hello without it is refused.
 
 Part of the protocol layer (the worker reads its key here): imports nothing of ours but the protocol layer.
 """
@@ -28,6 +30,7 @@ from engine.protocol.errors import InputError
 
 SERVER_FILE = "server.key"
 WORKER_FILE = "worker.key"
+IPC_SECRET_FILE = "ipc.secret"
 FORMAT = "spade-worker-key/1"
 ZAP_DOMAIN = b"spade"
 
@@ -86,6 +89,35 @@ def ensure_run_keys(folder: Path, address: str) -> ServerKeys:
     _write_private(server_file, msgspec.json.encode(keys))
     _write_private(worker_file, json.dumps(msgspec.to_builtins(worker), indent=2).encode())
     return keys
+
+
+def ensure_ipc_secret(folder: Path) -> str:
+    """The run's ipc secret, made on first use (a resumed run keeps it, so attached workers stay valid)."""
+    import secrets
+
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    path = folder / IPC_SECRET_FILE
+    if path.is_file():
+        secret = path.read_text().strip()
+        if len(secret) == 64:
+            return secret
+    secret = secrets.token_hex(32)
+    _write_private(path, secret.encode())
+    return secret
+
+
+def read_ipc_secret(folder: Path) -> str:
+    """A worker on the run's ipc socket: the secret its hello carries (from the run directory)."""
+    path = folder / IPC_SECRET_FILE
+    try:
+        secret = path.read_text().strip()
+    except OSError as exc:
+        raise BadKey(f"{path} cannot be read ({exc.strerror or exc}): a worker on the run's ipc socket needs the run's "
+                     f"secret; run it as the user who started `up`, with --run-dir of that run") from None
+    if len(secret) != 64:
+        raise BadKey(f"{path} is not the run's ipc secret (start `up` again to make it)")
+    return secret
 
 
 def read_worker_key(path: Path) -> WorkerKey:

@@ -78,6 +78,7 @@ class WorkerHello(_Msg, tag="worker_hello"):
     isolation: str
     backend: str
     policy_version: int
+    secret: str = ""  # on the run's ipc socket: the run's ipc secret (engine/protocol/keys.py); tcp peers are CURVE's
 
 
 class Heartbeat(_Msg, tag="heartbeat"):

@@ -23,6 +23,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,10 +129,15 @@ class RunPaths:
         self.report = self.root / "report.html"
         self.keys = self.root / "keys"
 
-    def _ipc(self, name: str) -> str:
-        # ipc paths are limited to ~107 bytes, so the socket lives in /tmp under a hash of the run directory.
+    @property
+    def socket_dir(self) -> Path:
+        """The owner-only folder of the run's ipc sockets: ipc paths are limited to ~107 bytes, so it is in /tmp,
+        named by the user and a hash of the run directory (the engine makes it 0700 and checks it: ensure_private_dir)."""
         digest = hashlib.sha1(str(self.root).encode()).hexdigest()[:12]
-        return f"ipc:///tmp/spade-{digest}-{name}.sock"
+        return Path(f"/tmp/spade-{os.getuid()}-{digest}")
+
+    def _ipc(self, name: str) -> str:
+        return f"ipc://{self.socket_dir}/{name}.sock"
 
     @property
     def worker_address(self) -> str:
@@ -189,3 +195,21 @@ class RunPaths:
     def checkpoint_version(self) -> int | None:
         """The policy version of the learner's newest checkpoint, or None without one."""
         return read_checkpoint_version(self.checkpoints / "latest")
+
+
+def ensure_private_dir(folder: Path, what: str) -> None:
+    """`folder` exists, is a real folder (no symlink) owned by this user, and only this user may enter it (0700):
+    made so when missing; anything else is refused (another user's folder, a loosened mode), naming the fix."""
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise BadPath(f"{what} {folder} cannot be made ({exc.strerror or exc})") from None
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode):
+        raise BadPath(f"{what} {folder} is not a folder (a link or a file is in its place): remove it and start again")
+    if info.st_uid != os.getuid():
+        raise BadPath(f"{what} {folder} belongs to another user (uid {info.st_uid}): someone may be listening in; remove it, or run elsewhere")
+    if info.st_mode & 0o077:
+        raise BadPath(f"{what} {folder} is open to other users (mode {stat.S_IMODE(info.st_mode):o}): chmod 700 it, or remove it")

@@ -42,6 +42,7 @@ from engine.protocol.messages import (
     unpack_ints,
     unpack_mask,
 )
+from engine.protocol.keys import read_ipc_secret
 from engine.protocol.paths import RunPaths
 from storage.store import Store
 from tests.e2e.helpers import up_command, up_script
@@ -75,15 +76,15 @@ def _forged_play(task: PlayTask, version: int, kind: str) -> PlayResult:
     )
 
 
-def _forged_worker(address: str, deadline: float) -> list[str]:
-    """Say hello like a worker; answer plays with a NaN return, then an out-of-range token, then a NaN return again
+def _forged_worker(address: str, deadline: float, secret: str) -> list[str]:
+    """Say hello like a worker (with the run's ipc secret: a local peer that can read the run's keys); answer plays with a NaN return, then an out-of-range token, then a NaN return again
     (its third rejected result: it is dropped); step aside (bye, hello again) for any other task. Returns what it sent."""
     decoder = msgspec.msgpack.Decoder(EngineToWorker)
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, b"forged")
     sock.setsockopt(zmq.LINGER, 1000)
     sock.connect(address)
-    hello = WorkerHello(worker_id="forged", pid=os.getpid(), slots=1, isolation="none", backend="forged", policy_version=0)
+    hello = WorkerHello(worker_id="forged", pid=os.getpid(), slots=1, isolation="none", backend="forged", policy_version=0, secret=secret)
     sock.send(msgspec.msgpack.encode(hello))
     sent, version = [], 0
     try:
@@ -133,7 +134,7 @@ def test_a_worker_that_sends_nan_and_out_of_range_tokens_changes_nothing_trained
         engine = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=STEPS), stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
     _wait_for(output, "worker w0 joined", deadline)  # so that the engine does not start on the forged worker alone
-    sent = _forged_worker(RunPaths(run_dir).worker_address, deadline)
+    sent = _forged_worker(RunPaths(run_dir).worker_address, deadline, read_ipc_secret(RunPaths(run_dir).keys))
     assert sent == ["nan", "token", "nan-sample"], (sent, output.read_text())
     processes.track(engine.pid)
     assert engine.wait(timeout=300) == 0, output.read_text()
@@ -201,14 +202,14 @@ def test_a_forged_policy_published_changes_nothing(tiny_model_path, tmp_path, pr
     _check_resumable(processes, run_dir, STEPS + 1)
 
 
-def _silent_worker(address: str, deadline: float, stop) -> list[str]:
-    """Say hello, heartbeat, take what is sent and never answer. Returns the task ids it was leased."""
+def _silent_worker(address: str, deadline: float, stop, secret: str = "") -> list[str]:
+    """Say hello (with `secret`), heartbeat, take what is sent and never answer. Returns the task ids it was sent."""
     decoder = msgspec.msgpack.Decoder(EngineToWorker)
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, b"silent")
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(address)
-    sock.send(msgspec.msgpack.encode(WorkerHello(worker_id="silent", pid=os.getpid(), slots=1, isolation="none", backend="silent", policy_version=0)))
+    sock.send(msgspec.msgpack.encode(WorkerHello(worker_id="silent", pid=os.getpid(), slots=1, isolation="none", backend="silent", policy_version=0, secret=secret)))
     taken, beat = [], 0.0
     try:
         while time.monotonic() < deadline and not stop():
@@ -236,7 +237,7 @@ def test_a_worker_that_holds_tasks_and_never_answers_is_timed_out_and_the_run_fi
     deadline = time.monotonic() + 300
     _wait_for(output, "worker w0 joined", deadline)
     processes.track(engine.pid)
-    taken = _silent_worker(RunPaths(run_dir).worker_address, deadline, stop=lambda: engine.poll() is not None)
+    taken = _silent_worker(RunPaths(run_dir).worker_address, deadline, stop=lambda: engine.poll() is not None, secret=read_ipc_secret(RunPaths(run_dir).keys))
     assert engine.wait(timeout=60) == 0, output.read_text()
     text = output.read_text()
     assert len(taken) >= 2, (taken, text)
@@ -251,3 +252,40 @@ def test_a_worker_that_holds_tasks_and_never_answers_is_timed_out_and_the_run_fi
         store.close()
     assert state.finished and state.steps_done == 3
     assert set(taken) <= done, (taken, sorted(done))  # every task it held was done by w0 instead
+
+
+def test_a_hello_without_the_runs_ipc_secret_is_refused_and_nothing_it_sends_is_stored(tiny_model_path, tmp_path, processes):  # noqa: F811
+    """A local process that can open the run's ipc socket but lacks RUN_DIR/keys/ipc.secret says hello (with no
+    secret, then a wrong one): it is never a worker, gets no task, and its forged results are not stored."""
+    run_dir = tmp_path / "run"
+    output = tmp_path / "engine.out"
+    with open(output, "w") as out:
+        engine = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=STEPS), stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    _wait_for(output, "worker w0 joined", deadline)
+    processes.track(engine.pid)
+    socket_dir = RunPaths(run_dir).socket_dir
+    assert socket_dir.stat().st_mode & 0o777 == 0o700 and (RunPaths(run_dir).keys / "ipc.secret").stat().st_mode & 0o777 == 0o600
+    address = RunPaths(run_dir).worker_address
+    taken = _silent_worker(address, time.monotonic() + 8, stop=lambda: engine.poll() is not None)
+    taken += _silent_worker(address, time.monotonic() + 8, stop=lambda: engine.poll() is not None, secret="0" * 64)
+    assert taken == [], taken  # never leased anything
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, b"silent")
+    sock.setsockopt(zmq.LINGER, 1000)
+    sock.connect(address)
+    forged = PlayTask(task_id="s0000-forged", env_id="e", skill="s", code="", hint="", arm="no_hint", seed=0, step=0)
+    sock.send(msgspec.msgpack.encode(_forged_play(forged, 0, "nan")))
+    time.sleep(0.5)
+    sock.close()
+    assert engine.wait(timeout=300) == 0, output.read_text()
+    text = output.read_text()
+    assert "refused a worker hello from silent: it lacks the run's ipc secret" in text, text
+    assert "worker silent joined" not in text
+    counters = json.loads((run_dir / "run.json").read_text())["bus"]["workers"]
+    assert counters["refused_hellos"] == 2, counters
+    store = Store.open(run_dir / "store", readonly=True)
+    try:
+        assert all(t.sample_id != "s0000-forged" and MARK not in unpack_floats(t.sample.logprobs) for t in store.trajectories())
+    finally:
+        store.close()
