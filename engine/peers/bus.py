@@ -93,6 +93,8 @@ class Bus:
             self.publish()
             if self.authenticator is not None:
                 self.authenticator.stop()
+            with contextlib.suppress(OSError):  # empty once the sockets are closed (their files removed)
+                self.paths.socket_dir.rmdir()
 
     def counters(self) -> dict[str, dict[str, int]]:
         out = {}

@@ -169,4 +169,4 @@ def test_a_remote_worker_attaches_with_the_key_and_trains(tiny_model_path, tmp_p
     assert bus["rejected_results"] == 5 and bus["banned_workers"] == 1 and bus["banned_messages"] == len(forged) - 5, bus
     assert bus["bytes_served"] >= sum(p.stat().st_size for p in Path(tiny_model_path).iterdir())
     assert "rejected a result for task s0000-e00-a0 from forger" in engine_out.read_text()
-    assert not any(p.exists() for p in RunPaths(run_dir).ipc_files)  # socket files removed at exit
+    assert not any(p.exists() for p in RunPaths(run_dir).ipc_files) and not RunPaths(run_dir).socket_dir.exists()  # removed at exit
