@@ -35,7 +35,7 @@ class AdapterMerger:
     def __init__(self, base_folder: str | Path):
         self.base_folder = Path(base_folder)
         self._base: dict | None = None
-        self._scratch = Path(tempfile.mkdtemp(prefix="spade-merged-"))
+        self._scratch: Path | None = None  # made at the first merge (a full-model run never needs it)
         self._folders: list[Path] = []
 
     def _base_weights(self) -> dict:
@@ -82,6 +82,8 @@ class AdapterMerger:
         """A full model folder for `version`: the base's config files and the merged weights."""
         from safetensors.torch import save_file
 
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="spade-merged-"))
         folder = self._scratch / f"v{version}"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
@@ -96,5 +98,6 @@ class AdapterMerger:
         return folder
 
     def close(self) -> None:
-        shutil.rmtree(self._scratch, ignore_errors=True)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
         self._base = None
