@@ -48,13 +48,14 @@ class WorkerState(msgspec.Struct, kw_only=True):
 
 
 class _Waiting:
-    __slots__ = ("task", "result", "done", "attempts")
+    __slots__ = ("task", "result", "done", "attempts", "timed_out_on")
 
     def __init__(self, task: Task):
         self.task = task
         self.result: Result | None = None
         self.done = trio.Event()
         self.attempts = 0
+        self.timed_out_on: set[bytes] = set()  # workers that let its lease pass: another one gets it first
 
 
 class Dispatcher:
@@ -170,17 +171,18 @@ class Dispatcher:
             self._dispatching = False
 
     # ------------------------------------------------------------ the loop
-    def _free_worker(self) -> WorkerState | None:
+    def _free_worker(self, avoid: set[bytes] = frozenset()) -> WorkerState | None:
         free = [w for w in self.workers.values() if len(w.in_flight) < w.slots]
-        return min(free, key=lambda w: len(w.in_flight) / w.slots) if free else None
+        preferred = [w for w in free if w.ident not in avoid] or free
+        return min(preferred, key=lambda w: len(w.in_flight) / w.slots) if preferred else None
 
     def _dispatch(self) -> None:
         while self._pending:
-            worker = self._free_worker()
+            waiting = self._waiting.get(self._pending[0])
+            worker = self._free_worker(waiting.timed_out_on if waiting is not None else frozenset())
             if worker is None:
                 break
             task_id = self._pending.popleft()
-            waiting = self._waiting.get(task_id)
             if waiting is None:
                 continue
             waiting.attempts += 1
@@ -218,6 +220,7 @@ class Dispatcher:
             state.timeouts += 1
             waiting = self._waiting.get(task_id)
             if waiting is not None and not waiting.done.is_set():
+                waiting.timed_out_on.add(state.ident)
                 if waiting.attempts <= self._retries:
                     self._pending.append(task_id)
                 else:  # it outlived every lease it was given: failed, so the run goes on

@@ -119,3 +119,35 @@ def _answer(task_id):
     return PlayResult(task_id=task_id, worker_id="b", env_id="e", arm="no_hint", seed=0, status="completed", failure="",
                       episode_return=1.0, turns=[], agent=make_sample(task_id, "agent", "e", "s", "no_hint", 0),
                       tokens_generated=1, seconds=0.1)
+
+
+def test_a_task_whose_lease_passed_goes_first_to_a_worker_that_did_not_let_it_pass(tmp_path):
+    """a lets t0's lease pass; a is the least loaded worker then, but t0 goes to b (busy with t1)."""
+    address = f"ipc://{tmp_path}/d.sock"
+
+    async def main():
+      with trio.fail_after(30):
+        async with (
+            open_socket(zmq.ROUTER, address, bind=True, decode=WorkerToEngine) as router,
+            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"a") as a,
+            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"b") as b,
+            trio.open_nursery() as nursery,
+        ):
+            for dealer in (a, b):
+                await dealer.send(Heartbeat(worker_id="x", policy_version=0, busy=0))
+                await router.receive_from()
+            dispatcher = Dispatcher(router, retries=3, deadline_s=lambda task: 0.3 if task.task_id == "t0" else 3600.0, max_timeouts=0)
+            await nursery.start(dispatcher.run)
+            now = time.monotonic()
+            dispatcher.add_worker(WorkerState(ident=b"b", worker_id="b", slots=4, isolation="", backend="", policy_version=0, last_seen=now))
+            nursery.start_soon(dispatcher.run_tasks, [_task(1)])
+            assert (await b.receive()).task_id == "t1"  # b is busy with t1 from now on
+            dispatcher.add_worker(WorkerState(ident=b"a", worker_id="a", slots=4, isolation="", backend="", policy_version=0, last_seen=now))
+            nursery.start_soon(dispatcher.run_tasks, [_task(0)])
+            assert (await a.receive()).task_id == "t0"  # a is the least loaded: it gets t0, and lets it pass
+            nursery.start_soon(dispatcher.watch_liveness, 3600.0, lambda state: None)
+            assert (await b.receive()).task_id == "t0"  # a is still the least loaded, but t0 goes to b
+            assert dispatcher.workers[b"a"].timeouts == 1 and b"a" in dispatcher.workers  # max_timeouts 0: never dropped
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
