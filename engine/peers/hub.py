@@ -52,7 +52,6 @@ from engine.protocol.paths import RunPaths
 from engine.protocol.transport import MessageSocket, ProtocolError, short_id
 
 
-
 def lease_deadline_s(task, config) -> float:
     """How long a worker may hold `task` unanswered: worker.lease_factor x the task's own time bound (an episode's
     wall clock and a policy load; a design also one generation call)."""
@@ -60,6 +59,7 @@ def lease_deadline_s(task, config) -> float:
     if isinstance(task, DesignTask):
         bound += config.inference.request_timeout_s
     return config.worker.lease_factor * bound
+
 
 class Hub:
     def __init__(self, config: Config, paths: RunPaths, view: LiveView, *, on_published: Callable[[PolicyPublished], None]):
