@@ -33,6 +33,7 @@ from actors.remote import PolicyFetcher, PolicyFollower, join_remote, wants_fetc
 from engine.protocol.config_loading import read_config_file
 from engine.protocol.errors import InputError, RunFailed, UsageError, describe_failure
 from engine.protocol.keys import (
+    IPC_SECRET_FILE,
     WORKER_FILE,
     WorkerKey,
     key_is_private,
@@ -109,8 +110,10 @@ async def run_worker(opts: WorkerOptions) -> None:
             key = read_worker_key(paths.keys / WORKER_FILE)  # the engine's own worker on a tcp socket
     if needs_keys(address) and key is None:
         raise InputError(f"{address} is a tcp socket: the engine admits only holders of its key: give --key FILE (RUN_DIR/keys/{WORKER_FILE} of the engine's machine)")
-    # On an ipc socket the hello carries the run's secret (engine/protocol/keys.py), read in the run directory.
-    secret = read_ipc_secret(paths.keys) if not needs_keys(address) and paths is not None else ""
+    # On an ipc socket the hello carries the run's secret (engine/protocol/keys.py), read in the run directory (an
+    # engine that never started there has made none: then no engine answers, and the worker says so).
+    has_secret = paths is not None and (paths.keys / IPC_SECRET_FILE).exists()
+    secret = read_ipc_secret(paths.keys) if not needs_keys(address) and has_secret else ""
     max_mb = config.worker.max_message_mb if config else DEFAULT_MAX_MESSAGE_MB
     async with (
         open_socket(

@@ -22,7 +22,7 @@ import zmq
 from engine.protocol.config import Config, LearnerConfig, ObjectiveConfig, PlayConfig
 from engine.protocol.config_loading import check_config, dump_config
 from engine.protocol.messages import LearnerHello, LearnerToEngine, PolicyPublished, Sample, Shutdown, TrainBatch
-from engine.protocol.paths import RunPaths
+from engine.protocol.paths import RunPaths, ensure_private_dir
 from engine.protocol.transport import open_socket
 from engine.peers.processes import learner_command
 from learner.distributed import split_by_tokens
@@ -159,6 +159,7 @@ def test_learner_process_under_torchrun_serves_the_engine_and_resumes(tiny_model
     env = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
     async def engine(batch: TrainBatch | None) -> tuple[LearnerHello, PolicyPublished | None]:
+        ensure_private_dir(paths.socket_dir, "the run's socket folder")  # as the engine's bus makes it
         async with open_socket(zmq.ROUTER, paths.learner_address, bind=True, decode=LearnerToEngine) as sock:
             with open(tmp_path / "learner.log", "ab") as log:
                 child = subprocess.Popen(
