@@ -320,17 +320,11 @@ def _write_report(paths, out: Path) -> int:
     from engine.tools.report import write_report
     from storage.records import StoredRecordError
     from storage.scan import damage_line
-    from storage.store import Store
 
     problems: list = []
     print(f"wrote {write_report(paths, out, problems)}")
     if problems:
-        store = Store.open(paths.store, readonly=True)
-        try:
-            line = damage_line(store, problems)
-        finally:
-            store.close()
-        raise StoredRecordError(f"{line} (the report lists them: {out})")
+        raise StoredRecordError(f"{damage_line(paths.store, problems)} (the report lists them: {out})")
     return 0
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from storage.records import StoredRecordError
-from storage.store import DATABASES, Store, trajectory_key, trajectory_prefix
+from storage.store import _DAMAGE, DATABASES, Store, trajectory_key, trajectory_prefix
 
 
 def tolerant(store: Store, db: str, skipped: list[StoredRecordError], prefix: str = "") -> Iterator[Any]:
@@ -75,33 +75,31 @@ def check_records(store: Store) -> list[StoredRecordError]:
     the run state present wherever anything else is. Each problem names its database, key and step."""
     problems: list[StoredRecordError] = []
     counts = {}
-    for db in DATABASES:
-        skipped: list[StoredRecordError] = []
-        seen = 0
-        with store._env.begin() as txn:
-            keys = [bytes(k) for k, _ in txn.cursor(db=store._dbs[db])]
-        for key_bytes in keys:
-            key = key_bytes.decode(errors="replace")
-            seen += 1
-            try:
-                record = tolerant_get(store, db, key, skipped)
-            except UnicodeError:
-                record = None
-            if record is None:
-                for exc in skipped:
-                    problems.append(StoredRecordError(f"{exc}{_step_of(db, key)}"))
-                skipped.clear()
-                if key_bytes != key.encode():
-                    problems.append(StoredRecordError(f"record {key!r} in database {db!r} has a key that is not text{_step_of(db, key)}"))
-                continue
-            expected = _expected_key(db, record)
-            if expected is not None and expected != key:
-                problems.append(StoredRecordError(
-                    f"record {key!r} in database {db!r} is under the wrong key (its fields say {expected!r}){_step_of(db, key, record)}"))
-        counts[db] = seen
-    if counts.get("meta", 0) == 0 and any(counts.get(db, 0) for db in ("trajectories", "batches", "environments")):
+    try:
+        _check_all(store, problems, counts)
+    except _DAMAGE as exc:  # below the records (pages): what the store's own scans report too
+        raise store._damaged("checking its records", exc) from exc
+    if counts["meta"] == 0 and any(counts[db] for db in ("trajectories", "batches", "environments")):
         problems.append(StoredRecordError("the run state (database 'meta', key 'state') is missing while the store holds records"))
     return problems
+
+
+def _check_all(store: Store, problems: list[StoredRecordError], counts: dict[str, int]) -> None:
+    with store._env.begin() as txn:  # one read transaction: one snapshot, each record read once
+        for db in DATABASES:
+            counts[db] = 0
+            for key_bytes, value in txn.cursor(db=store._dbs[db]):
+                counts[db] += 1
+                key = bytes(key_bytes).decode(errors="replace")
+                try:
+                    record = store._decode(db, bytes(key_bytes), bytes(value))
+                except StoredRecordError as exc:
+                    problems.append(StoredRecordError(f"{exc}{_step_of(db, key)}"))
+                    continue
+                expected = _expected_key(db, record)
+                if expected is not None and expected.encode() != bytes(key_bytes):
+                    problems.append(StoredRecordError(
+                        f"record {key!r} in database {db!r} is under the wrong key (its fields say {expected!r}){_step_of(db, key, record)}"))
 
 
 def damage_line(where, problems: list[StoredRecordError]) -> str:

@@ -137,11 +137,7 @@ class Dispatcher:
         if isinstance(result, TaskFailed) and waiting.attempts <= self._retries:
             self._pending.append(result.task_id)
         else:
-            waiting.result = result
-            del self._waiting[result.task_id]
-            waiting.done.set()
-            if self._on_result is not None:
-                self._on_result(result)
+            self._finish(result.task_id, result)
         self._kick()
         return "accepted"
 

@@ -1,5 +1,7 @@
-"""The dispatcher: credit-bounded sends, results to the waiter, requeue on a dead worker, retry on failure, and\nlease deadlines (a silent worker's task goes to another; a worker that keeps timing out is dropped)."""
+"""The dispatcher: credit-bounded sends, results to the waiter, requeue on a dead worker, retry on failure, and
+lease deadlines (a silent worker's task goes to another; a worker that keeps timing out is dropped)."""
 
+import contextlib
 import time
 
 import trio
@@ -12,28 +14,39 @@ from tests.engine.builders import make_sample
 from engine.protocol.transport import open_socket
 
 
+@contextlib.asynccontextmanager
+async def _engine_and_two_workers(tmp_path):
+    """The engine's ROUTER, DEALERs "a" and "b" whose connections are up, and a nursery (cancelled at the end)."""
+    address = f"ipc://{tmp_path}/d.sock"
+    async with (
+        open_socket(zmq.ROUTER, address, bind=True, decode=WorkerToEngine) as router,
+        open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"a") as a,
+        open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"b") as b,
+        trio.open_nursery() as nursery,
+    ):
+        for dealer in (a, b):  # the router can address a peer only once its connection is up
+            await dealer.send(Heartbeat(worker_id="x", policy_version=0, busy=0))
+            await router.receive_from()
+        yield router, a, b, nursery
+        nursery.cancel_scope.cancel()
+
+
+def _worker(ident: bytes, slots: int) -> WorkerState:
+    return WorkerState(ident=ident, worker_id=ident.decode(), slots=slots, isolation="", backend="", policy_version=0,
+                       last_seen=time.monotonic())
+
+
 def _task(i):
     return PlayTask(task_id=f"t{i}", env_id="e", skill="s", code="", hint="", arm="no_hint", seed=i, step=0)
 
 
 def test_tasks_respect_slots_and_are_requeued_from_a_dead_worker(tmp_path):
-    address = f"ipc://{tmp_path}/d.sock"
-
     async def main():
       with trio.fail_after(20):
-        async with (
-            open_socket(zmq.ROUTER, address, bind=True, decode=WorkerToEngine) as router,
-            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"a") as a,
-            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"b") as b,
-            trio.open_nursery() as nursery,
-        ):
-            for dealer in (a, b):  # the router can address a peer only once its connection is up
-                await dealer.send(Heartbeat(worker_id="x", policy_version=0, busy=0))
-                await router.receive_from()
+        async with _engine_and_two_workers(tmp_path) as (router, a, b, nursery):
             dispatcher = Dispatcher(router, retries=1)
             await nursery.start(dispatcher.run)
-            now = time.monotonic()
-            dispatcher.add_worker(WorkerState(ident=b"a", worker_id="a", slots=2, isolation="", backend="", policy_version=0, last_seen=now))
+            dispatcher.add_worker(_worker(b"a", 2))
             results = {}
 
             async def run():
@@ -44,7 +57,7 @@ def test_tasks_respect_slots_and_are_requeued_from_a_dead_worker(tmp_path):
             await trio.testing.wait_all_tasks_blocked()  # the dispatcher has done all it can
             assert dispatcher.in_flight() == 2  # the third waits: worker a has 2 slots
             dispatcher.drop_worker(b"a")  # a dies: its tasks go back to the queue
-            dispatcher.add_worker(WorkerState(ident=b"b", worker_id="b", slots=4, isolation="", backend="", policy_version=0, last_seen=now))
+            dispatcher.add_worker(_worker(b"b", 4))
             got_b = [await b.receive() for _ in range(3)]
             assert sorted(t.task_id for t in got_b) == ["t0", "t1", "t2"]
             assert {t.task_id for t in got_a} <= {"t0", "t1", "t2"}
@@ -59,7 +72,6 @@ def test_tasks_respect_slots_and_are_requeued_from_a_dead_worker(tmp_path):
             while "all" not in results:  # the waiter wakes on the last result
                 await trio.sleep(0.01)
             assert [r.task_id for r in results["all"]] == ["t0", "t1", "t2"]
-            nursery.cancel_scope.cancel()
 
     trio.run(main)
 
@@ -67,26 +79,16 @@ def test_tasks_respect_slots_and_are_requeued_from_a_dead_worker(tmp_path):
 def test_a_lease_past_its_deadline_goes_to_another_worker_and_a_worker_that_keeps_timing_out_is_dropped(tmp_path):
     """Worker a takes tasks and never answers: each lease passes its deadline, the task goes to worker b, which
     answers; a's second timeout drops it. A task no worker answers fails after its retries instead of hanging."""
-    address = f"ipc://{tmp_path}/d.sock"
     timeouts = []
 
     async def main():
       with trio.fail_after(30):
-        async with (
-            open_socket(zmq.ROUTER, address, bind=True, decode=WorkerToEngine) as router,
-            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"a") as a,
-            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"b") as b,
-            trio.open_nursery() as nursery,
-        ):
-            for dealer in (a, b):
-                await dealer.send(Heartbeat(worker_id="x", policy_version=0, busy=0))
-                await router.receive_from()
+        async with _engine_and_two_workers(tmp_path) as (router, a, b, nursery):
             dispatcher = Dispatcher(router, retries=1, deadline_s=lambda task: 0.3, max_timeouts=2)
             await nursery.start(dispatcher.run)
             nursery.start_soon(dispatcher.watch_liveness, 3600.0, lambda state: None,
                                lambda state, task_id, dropped: timeouts.append((state.worker_id, task_id, dropped)))
-            now = time.monotonic()
-            dispatcher.add_worker(WorkerState(ident=b"a", worker_id="a", slots=2, isolation="", backend="", policy_version=0, last_seen=now))
+            dispatcher.add_worker(_worker(b"a", 2))
             results = {}
 
             async def run():
@@ -98,7 +100,7 @@ def test_a_lease_past_its_deadline_goes_to_another_worker_and_a_worker_that_keep
                 dispatcher.seen(b"a")
                 await trio.sleep(0.05)
             assert sorted(t for _, t, _ in timeouts) == ["t0", "t1"] and timeouts[-1][2] is True  # the second drops a
-            dispatcher.add_worker(WorkerState(ident=b"b", worker_id="b", slots=2, isolation="", backend="", policy_version=0, last_seen=time.monotonic()))
+            dispatcher.add_worker(_worker(b"b", 2))
             first = await b.receive()
             dispatcher.complete(b"b", _answer(first.task_id))
             second = await b.receive()  # b is silent on this one too: its second lease fails it for good
@@ -109,7 +111,6 @@ def test_a_lease_past_its_deadline_goes_to_another_worker_and_a_worker_that_keep
             assert not isinstance(got[first.task_id], TaskFailed)
             assert isinstance(got[second.task_id], TaskFailed) and "lease deadline" in got[second.task_id].reason
             assert dispatcher.leases.counters["timed_out_tasks"] == 3 and dispatcher.leases.counters["timed_out_workers"] == 1
-            nursery.cancel_scope.cancel()
 
     trio.run(main)
 
@@ -123,31 +124,20 @@ def _answer(task_id):
 
 def test_a_task_whose_lease_passed_goes_first_to_a_worker_that_did_not_let_it_pass(tmp_path):
     """a lets t0's lease pass; a is the least loaded worker then, but t0 goes to b (busy with t1)."""
-    address = f"ipc://{tmp_path}/d.sock"
 
     async def main():
       with trio.fail_after(30):
-        async with (
-            open_socket(zmq.ROUTER, address, bind=True, decode=WorkerToEngine) as router,
-            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"a") as a,
-            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"b") as b,
-            trio.open_nursery() as nursery,
-        ):
-            for dealer in (a, b):
-                await dealer.send(Heartbeat(worker_id="x", policy_version=0, busy=0))
-                await router.receive_from()
+        async with _engine_and_two_workers(tmp_path) as (router, a, b, nursery):
             dispatcher = Dispatcher(router, retries=3, deadline_s=lambda task: 0.3 if task.task_id == "t0" else 3600.0, max_timeouts=0)
             await nursery.start(dispatcher.run)
-            now = time.monotonic()
-            dispatcher.add_worker(WorkerState(ident=b"b", worker_id="b", slots=4, isolation="", backend="", policy_version=0, last_seen=now))
+            dispatcher.add_worker(_worker(b"b", 4))
             nursery.start_soon(dispatcher.run_tasks, [_task(1)])
             assert (await b.receive()).task_id == "t1"  # b is busy with t1 from now on
-            dispatcher.add_worker(WorkerState(ident=b"a", worker_id="a", slots=4, isolation="", backend="", policy_version=0, last_seen=now))
+            dispatcher.add_worker(_worker(b"a", 4))
             nursery.start_soon(dispatcher.run_tasks, [_task(0)])
             assert (await a.receive()).task_id == "t0"  # a is the least loaded: it gets t0, and lets it pass
             nursery.start_soon(dispatcher.watch_liveness, 3600.0, lambda state: None)
             assert (await b.receive()).task_id == "t0"  # a is still the least loaded, but t0 goes to b
             assert dispatcher.workers[b"a"].timeouts == 1 and b"a" in dispatcher.workers  # max_timeouts 0: never dropped
-            nursery.cancel_scope.cancel()
 
     trio.run(main)
