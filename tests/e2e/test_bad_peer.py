@@ -202,26 +202,32 @@ def test_a_forged_policy_published_changes_nothing(tiny_model_path, tmp_path, pr
     _check_resumable(processes, run_dir, STEPS + 1)
 
 
-def _silent_worker(address: str, deadline: float, stop, secret: str = "") -> list[str]:
-    """Say hello (with `secret`), heartbeat, take what is sent and never answer. Returns the task ids it was sent."""
+def _silent_workers(address: str, deadline: float, stop, secrets: dict[str, str]) -> list[str]:
+    """One peer per `secrets` item (identity: the secret its hello carries), all connected at once: each says hello,
+    heartbeats, takes what is sent and never answers. Returns the task ids they were sent."""
     decoder = msgspec.msgpack.Decoder(EngineToWorker)
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, b"silent")
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(address)
-    sock.send(msgspec.msgpack.encode(WorkerHello(worker_id="silent", pid=os.getpid(), slots=1, isolation="none", backend="silent", policy_version=0, secret=secret)))
+    socks = {}
+    for identity, secret in secrets.items():
+        sock = socks[identity] = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, identity.encode())
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(address)
+        sock.send(msgspec.msgpack.encode(WorkerHello(worker_id=identity, pid=os.getpid(), slots=1, isolation="none", backend="silent", policy_version=0, secret=secret)))
     taken, beat = [], 0.0
     try:
         while time.monotonic() < deadline and not stop():
             if time.monotonic() - beat > 1.0:
-                sock.send(msgspec.msgpack.encode(Heartbeat(worker_id="silent", policy_version=0, busy=len(taken))))
+                for identity, sock in socks.items():
+                    sock.send(msgspec.msgpack.encode(Heartbeat(worker_id=identity, policy_version=0, busy=len(taken))))
                 beat = time.monotonic()
-            if sock.poll(100):
-                message = decoder.decode(sock.recv())
-                if isinstance(message, (PlayTask, DesignTask, ValidateTask)):
-                    taken.append(message.task_id)
+            for sock in socks.values():
+                if sock.poll(50):
+                    message = decoder.decode(sock.recv())
+                    if isinstance(message, (PlayTask, DesignTask, ValidateTask)):
+                        taken.append(message.task_id)
     finally:
-        sock.close()
+        for sock in socks.values():
+            sock.close()
     return taken
 
 
@@ -238,7 +244,8 @@ def test_a_worker_that_holds_tasks_and_never_answers_is_timed_out_and_the_run_fi
     deadline = time.monotonic() + 420
     _wait_for(output, "worker w0 joined", deadline)
     processes.track(engine.pid)
-    taken = _silent_worker(RunPaths(run_dir).worker_address, deadline, stop=lambda: engine.poll() is not None, secret=read_ipc_secret(RunPaths(run_dir).keys))
+    taken = _silent_workers(RunPaths(run_dir).worker_address, deadline, stop=lambda: engine.poll() is not None,
+                            secrets={"silent": read_ipc_secret(RunPaths(run_dir).keys)})
     assert engine.wait(timeout=60) == 0, output.read_text()
     text = output.read_text()
     assert len(taken) >= 2, (taken, text)
@@ -269,11 +276,11 @@ def test_a_hello_without_the_runs_ipc_secret_is_refused_and_nothing_it_sends_is_
     socket_dir = RunPaths(run_dir).socket_dir
     assert socket_dir.stat().st_mode & 0o777 == 0o700 and (RunPaths(run_dir).keys / "ipc.secret").stat().st_mode & 0o777 == 0o600
     address = RunPaths(run_dir).worker_address
-    taken = _silent_worker(address, time.monotonic() + 8, stop=lambda: engine.poll() is not None)
-    taken += _silent_worker(address, time.monotonic() + 8, stop=lambda: engine.poll() is not None, secret="0" * 64)
+    # both hellos go out at once, in the first second after w0 joined (the run lasts several more)
+    taken = _silent_workers(address, time.monotonic() + 8, stop=lambda: engine.poll() is not None, secrets={"silent": "", "silent-2": "0" * 64})
     assert taken == [], taken  # never leased anything
     sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, b"silent")
+    sock.setsockopt(zmq.IDENTITY, b"forger")
     sock.setsockopt(zmq.LINGER, 1000)
     sock.connect(address)
     forged = PlayTask(task_id="s0000-forged", env_id="e", skill="s", code="", hint="", arm="no_hint", seed=0, step=0)
@@ -283,7 +290,7 @@ def test_a_hello_without_the_runs_ipc_secret_is_refused_and_nothing_it_sends_is_
     assert engine.wait(timeout=300) == 0, output.read_text()
     text = output.read_text()
     assert "refused a worker hello from silent: it lacks the run's ipc secret" in text, text
-    assert "worker silent joined" not in text
+    assert "worker silent joined" not in text and "worker silent-2 joined" not in text and "worker forger joined" not in text
     counters = json.loads((run_dir / "run.json").read_text())["bus"]["workers"]
     assert counters["refused_hellos"] == 2, counters
     store = Store.open(run_dir / "store", readonly=True)
