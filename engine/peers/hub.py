@@ -25,6 +25,7 @@ from engine.peers.policy_transfer import PolicyServer
 from engine.peers.processes import Child, learner_child, supervise, worker_child
 from engine.peers.result_checks import ResultGate
 from engine.protocol.config import Config
+from engine.protocol.containment import uncontained
 from engine.protocol.errors import RunFailed
 from engine.protocol.messages import (
     DesignResult,
@@ -151,9 +152,11 @@ class Hub:
     def _note_isolation(self, level: str) -> None:
         if level != self.isolation:
             self.isolation = level
-            self.paths.update_meta(sandbox_isolation=level)
-            if not level.startswith("bubblewrap"):
-                self.view.line(f"WARNING: the sandbox runs with weak isolation ({level}); install bubblewrap for full isolation")
+            open_to = uncontained(level)
+            self.paths.update_meta(sandbox_isolation=level, sandbox_uncontained=open_to)
+            if not level.startswith("bubblewrap") or open_to:
+                self.view.line(f"WARNING: the sandbox runs with weak isolation ({short_id(level)}; not contained: "
+                               f"{'; '.join(open_to) or 'nothing'}); install bubblewrap for full isolation")
 
     def _on_result(self, result) -> None:
         self._progress["done"] += 1

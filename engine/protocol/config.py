@@ -182,7 +182,9 @@ class SandboxConfig(Section):
     cpu_seconds: int = 60  # CPU-time limit of each sandbox process
     max_output_bytes: int = 65536  # the largest reply a sandbox process may send (a longer one fails as `limit`)
     episodes_per_worker: int = 200  # a sandbox process is replaced after this many episodes
-    isolation: Literal["auto", "bubblewrap", "unshare", "rlimits"] = "auto"  # auto: the strongest this machine has
+    # auto: the strongest this machine has; the fallback levels (unshare, rlimits) need Landlock unless named with
+    # "-unconfined-reads", an explicit opt-in to host files that model-written code can read
+    isolation: Literal["auto", "bubblewrap", "unshare", "rlimits", "unshare-unconfined-reads", "rlimits-unconfined-reads"] = "auto"
 
 
 class InferenceConfig(Section):

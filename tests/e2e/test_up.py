@@ -177,6 +177,8 @@ def test_ctrl_c_stops_everything_and_keeps_committed_data(tiny_model_path, tmp_p
     assert "interrupted" in err and "Traceback" not in err
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["model_path"]
+    # the level the worker's sandbox runs at, and what it leaves open (nothing at any level the pool picks itself)
+    assert meta["sandbox_isolation"].endswith("+seccomp") and meta["sandbox_uncontained"] == [], meta
     # every child is gone
     for log in (run_dir / "logs").glob("*.log"):
         assert log.exists()

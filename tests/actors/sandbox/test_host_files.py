@@ -188,7 +188,8 @@ def test_the_fallback_levels_refuse_writes_outside_the_scratch_directory(level, 
     source = FILES.replace("@@OUTSIDE@@", repr(str(outside)))
 
     async def main():
-        async with open_sandbox_pool(workers=1, isolation=level, memory_mb=256) as pool:
+        request = level if landlock == "kernel" else f"{level}-unconfined-reads"  # the only way there without Landlock
+        async with open_sandbox_pool(workers=1, isolation=request, memory_mb=256) as pool:
             async with pool.open_episode(source, wait_for_cleanup=True) as episode:
                 report = json.loads((await episode.reset(seed=0))[0])
                 await episode.step("\\boxed{1}")
@@ -237,7 +238,7 @@ def test_a_worker_that_cannot_refuse_host_writes_does_not_start(level, monkeypat
     _worker_source_with(monkeypatch, "machine = os.uname().machine", 'machine = "sparc"')  # no seccomp table
 
     async def main():
-        async with open_sandbox_pool(workers=1, isolation=level):
+        async with open_sandbox_pool(workers=1, isolation=f"{level}-unconfined-reads"):
             pass
 
     with pytest.raises(SandboxUnavailable, match=r"host file writes cannot be refused: seccomp: no syscall table "
@@ -262,19 +263,27 @@ def test_bubblewrap_does_not_need_the_write_filter(monkeypatch):
 
 
 @pytest.mark.skipif(not LANDLOCK, reason="this kernel has no Landlock")
-def test_a_worker_whose_landlock_fails_falls_back_to_the_seccomp_write_filter(monkeypatch):
+def test_a_worker_whose_landlock_fails_is_not_used_unless_reads_are_given_up_by_name(monkeypatch):
+    """Landlock refused in the worker: "rlimits" starts nothing and names the opt-in; "rlimits-unconfined-reads"
+    falls back to the seccomp write filter, host files readable, and says so."""
     _worker_source_with(monkeypatch, "    abi = landlock_abi()\n", "    abi = 0\n")
 
-    async def main():
-        async with open_sandbox_pool(workers=1, isolation="rlimits") as pool:
+    async def main(request):
+        async with open_sandbox_pool(workers=1, isolation=request) as pool:
             assert await play_guess(pool)
             return pool.isolation, pool.isolation_detail
 
-    with pytest.warns(pool_module.IsolationWarning, match=r"running at rlimits \(requested 'rlimits'\)\. "
-                                                          r"rlimits\+landlock: the worker did not start: Landlock "
-                                                          r"could not be installed"):
-        level, detail = trio.run(main)
-    assert level == IsolationLevel.RLIMITS and "seccomp refuses every file write" in detail
+    with pytest.raises(SandboxUnavailable, match=r"rlimits\+landlock: the worker did not start: Landlock could not be "
+                                                 r"installed.*; rlimits: not used: Landlock could not be installed, so "
+                                                 r"model-written code could read the host's files there; .*"
+                                                 r"sandbox.isolation = \"rlimits-unconfined-reads\""):
+        trio.run(main, "rlimits")
+    with pytest.warns(pool_module.IsolationWarning, match=r"running at rlimits\+seccomp \(requested "
+                                                          r"'rlimits-unconfined-reads'; not contained: reads of the "
+                                                          r"host's files\)\. rlimits\+landlock: the worker did not "
+                                                          r"start: Landlock could not be installed"):
+        level, detail = trio.run(main, "rlimits-unconfined-reads")
+    assert level == IsolationLevel.RLIMITS_SECCOMP and "seccomp refuses every file write" in detail
 
 
 def test_the_scratch_directory_is_private_and_goes_with_the_pool():

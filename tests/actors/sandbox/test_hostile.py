@@ -10,7 +10,10 @@ it. `@@NAME@@` placeholders give the attacker the real paths of a host folder it
 directory and a home directory holding secrets.
 
 The direct play runs at every level this machine can start: the pool "auto" picks, bubblewrap with the
-packaged bwrap (the system's hidden), unshare and rlimits; the validator runs on the "auto" pool. Cases whose
+packaged bwrap (the system's hidden), unshare and rlimits (with Landlock where the kernel has it), and the explicit
+opt-ins unshare-unconfined-reads and rlimits-unconfined-reads run as on a kernel without Landlock (there the
+`filesystem` cases are skipped, and a test below shows they do read the host's files: that is what the opt-in
+gives up, and why the pool never picks those levels by itself); the validator runs on the "auto" pool. Cases whose
 outcome is `timeout` run on a pool with a short step timeout, all others on one whose timeouts are far away, so
 that a loaded machine cannot turn, say, the output limit into a timeout.
 """
@@ -22,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from actors.sandbox import EpisodeFailed, IsolationLevel, SandboxPool, SandboxUnavailable, validate_environment
+from actors.sandbox import isolation
 from tests.actors.sandbox.sandbox_helpers import (
     CANARY_OBSERVATION, FORCED_LEVELS, ROOMY, TIGHT, PoolThread, canary_observation, isolation_request, level_setup,
     play_guess,
@@ -124,7 +128,7 @@ def level_pools(request, hostile_pools):
     except SandboxUnavailable as error:
         for pool in pools.values():
             pool.close()
-        if os.environ.get("CI") == "true" and level != "unshare":
+        if os.environ.get("CI") == "true" and not level.startswith("unshare"):
             raise
         pytest.skip(f"{level} cannot start on this machine: {error}")
     for pool in pools.values():
@@ -211,6 +215,46 @@ def test_hostile_environment_is_rejected(path, hostile_pools, places):
     assert [c.name for c in failed] == [meta["rejected-by"]]
     assert list(places["OUTSIDE_DIR"].iterdir()) == []
     assert hostile_pool.run(still_serving, pool) == (CANARY_OBSERVATION, True)
+
+
+READ_CASES = [path for path in CASES if headers(path.read_text()).get("needs") == "filesystem"]
+
+
+@pytest.fixture(scope="module")
+def unconfined_pool(hostile_pools):
+    """rlimits-unconfined-reads as on a kernel without Landlock: the opt-in whose host files stay readable."""
+    try:
+        with level_setup("rlimits-unconfined-reads"):
+            pool = PoolThread(**ROOMY, isolation="rlimits-unconfined-reads")
+    except SandboxUnavailable as error:
+        pytest.skip(f"rlimits cannot start on this machine: {error}")
+    yield pool
+    pool.close()
+
+
+@pytest.mark.parametrize("path", READ_CASES, ids=lambda p: p.stem)
+def test_a_filesystem_case_reads_the_host_where_nothing_confines_reads(path, unconfined_pool, places):
+    """The proof that the `filesystem` cases are real bypasses (and the reason the pool refuses a fallback level
+    without Landlock unless asked by name): at rlimits-unconfined-reads, where only the static checks stand in the way
+    and the direct play skips them, each one reads a secret of the host."""
+    _, source = load_case(path, places)
+    pool = unconfined_pool.pool
+    assert pool.isolation == IsolationLevel.RLIMITS_SECCOMP and pool.isolation.uncontained == ["reads of the host's files"]
+    _, seen = unconfined_pool.run(play_directly, pool, source)
+    text = "\n".join(seen)
+    assert any(marker in text for marker in LEAK_MARKERS), text[-2000:]
+
+
+@pytest.mark.parametrize("request_name", ["auto", "unshare", "rlimits"])
+def test_without_landlock_a_fallback_level_is_refused_unless_asked_for_by_name(request_name, monkeypatch):
+    """On a kernel without Landlock (forced here) and without bubblewrap, no level the pool would choose by itself
+    keeps host files unreadable: it starts none, and says which opt-in would run anyway."""
+    monkeypatch.setattr(isolation, "kernel_landlock_abi", lambda: 0)
+    monkeypatch.setattr(isolation, "bwrap_candidates", lambda: [])
+    with pytest.raises(SandboxUnavailable, match=r'rlimits: not used: this kernel has no Landlock, so model-written code '
+                                                 r'could read the host.s files there; .*"rlimits-unconfined-reads"'
+                       if request_name != "unshare" else r'unshare: (not used: this kernel has no Landlock|not installed)'):
+        PoolThread(workers=1, isolation=request_name).close()
 
 
 def test_ci_runs_the_hostile_suite_under_bubblewrap(hostile_pools):

@@ -246,8 +246,8 @@ def test_bad_pool_arguments_are_refused():
         async with open_sandbox_pool(isolation="docker"):
             pass
 
-    with pytest.raises(ValueError, match=r"^isolation must be one of \['auto', 'bubblewrap', 'rlimits', "
-                                         r"'unshare'\], got 'docker'$"):
+    with pytest.raises(ValueError, match=r"^isolation must be one of \['auto', 'bubblewrap', 'rlimits', 'rlimits-unconfined-reads', "
+                                         r"'unshare', 'unshare-unconfined-reads'\], got 'docker'$"):
         trio.run(body)
 
 

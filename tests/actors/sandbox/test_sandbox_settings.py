@@ -19,7 +19,8 @@ def test_settings_come_from_the_sandbox_section_with_overrides():
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("isolation", "chroot", r"^isolation must be one of \['auto', 'bubblewrap', 'rlimits', 'unshare'\]"),
+    ("isolation", "chroot", r"^isolation must be one of \['auto', 'bubblewrap', 'rlimits', 'rlimits-unconfined-reads', 'unshare', "
+                            r"'unshare-unconfined-reads'\]"),
     ("workers", 0, r"^workers must be a positive number, got 0$"),
     ("step_timeout_s", float("nan"), r"^step_timeout_s must be a positive number"),
 ])
