@@ -1,6 +1,7 @@
 """Learning benchmark: does self-play move the model, and more than training on the fixed pool it starts from?
 
     bin/bench learning [--minutes 60] [--episodes 32] [--out runs/bench-learning] [--set SECTION.KEY=VALUE ...]
+                       [--spade-only]
 
 Three steps, each skipped when its result is already in --out (so an interrupted bench resumes; a fresh --out
 repeats the experiment):
@@ -14,7 +15,8 @@ The comparison (actors/evaluation/paired.py): each model's unhinted win rate, an
 initial, fixed - initial and SPADE - fixed, each with its 95 % bootstrap interval over the same (environment, seed)
 pairs. It is written to OUT/learning.md and to each run's probe/table.md (the run's report.html shows it), and the
 bench ends with one JSON line: ratio = the lower end of the SPADE rise's interval in points, target 0 (a rise whose
-interval excludes 0). `--set` values go to both runs, and the `play.*` ones to the probe too.
+interval excludes 0). `--set` values go to both runs, and the `play.*` ones to the probe too. `--spade-only` skips
+step 2 (half the time: SPADE against the initial model only; the fixed figures are then null).
 """
 
 import argparse
@@ -106,17 +108,22 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=32, help="probe episodes per environment (12 environments)")
     parser.add_argument("--out", default=str(REPO / "runs" / "bench-learning"), help="the experiment's folder")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="a config value for both runs")
+    parser.add_argument("--spade-only", action="store_true", help="no fixed-pool run: SPADE against the initial model")
     args = parser.parse_args()
     if args.minutes <= 0 or args.episodes < 1:
         sys.exit("--minutes must be above 0 and --episodes at least 1")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    runs = {"SPADE": out / "spade", "fixed": out / "fixed"}
+    runs = {"SPADE": out / "spade"} if args.spade_only else {"SPADE": out / "spade", "fixed": out / "fixed"}
     _run("SPADE", runs["SPADE"], args.minutes, "", args.set)
-    _run("fixed pool", runs["fixed"], args.minutes, "fixed-envs", args.set)
+    if "fixed" in runs:
+        _run("fixed pool", runs["fixed"], args.minutes, "fixed-envs", args.set)
     rows, suite, models = _probe(out, runs, args.episodes, args.set)
-    comparison = compare(rows, suite, models, [("SPADE", "initial"), ("fixed", "initial"), ("SPADE", "fixed")])
-    text = (f"# Learning: SPADE against the fixed pool, {args.minutes:g} min each\n\n" + comparison_markdown(comparison)
+    pairs = [("SPADE", "initial")] + ([("fixed", "initial"), ("SPADE", "fixed")] if "fixed" in runs else [])
+    comparison = compare(rows, suite, models, pairs)
+    title = f"SPADE against the initial model, {args.minutes:g} min" if args.spade_only else \
+        f"SPADE against the fixed pool, {args.minutes:g} min each"
+    text = (f"# Learning: {title}\n\n" + comparison_markdown(comparison)
             + f"\n\nsettings: {' '.join(args.set) or 'the default'}; probe: {args.episodes} episodes per environment\n")
     (out / "learning.md").write_text(text)
     (out / "learning.json").write_text(json.dumps(comparison, indent=1) + "\n")
@@ -128,16 +135,16 @@ def main() -> None:
     rates = {m["label"]: m for m in comparison["models"]}
     diffs = {f"{d['a']}-{d['b']}": d for d in comparison["differences"]}
 
-    def points(d: dict) -> list[float]:
-        return [round(100 * d["difference"], 2), round(100 * d["low"], 2), round(100 * d["high"], 2)]
+    def points(d: dict | None) -> list[float] | None:
+        return None if d is None else [round(100 * d["difference"], 2), round(100 * d["low"], 2), round(100 * d["high"], 2)]
 
     print(json.dumps({
         "bench": "learning", "ratio": round(100 * diffs["SPADE-initial"]["low"], 2), "target": TARGET,
         "minutes": args.minutes, "episodes_per_model": comparison["episodes_per_model"],
         "win_rate_initial": round(rates["initial"]["win_rate"], 4), "win_rate_spade": round(rates["SPADE"]["win_rate"], 4),
-        "win_rate_fixed": round(rates["fixed"]["win_rate"], 4),
-        "spade_rise_points": points(diffs["SPADE-initial"]), "fixed_rise_points": points(diffs["fixed-initial"]),
-        "spade_minus_fixed_points": points(diffs["SPADE-fixed"]), "settings": args.set, "out": str(out),
+        "win_rate_fixed": round(rates["fixed"]["win_rate"], 4) if "fixed" in rates else None,
+        "spade_rise_points": points(diffs["SPADE-initial"]), "fixed_rise_points": points(diffs.get("fixed-initial")),
+        "spade_minus_fixed_points": points(diffs.get("SPADE-fixed")), "settings": args.set, "out": str(out),
     }))
 
 
