@@ -3,7 +3,7 @@ validator, and the same pool then still serves a clean episode.
 
 Every case file starts with `# key: value` lines: `hostile` (what it tries), `outcome` (how playing it
 directly in the pool must end: an EpisodeFailed kind, `completes` or `any`), `rejected-by` (the validator check
-that must fail first) and optionally `needs` (`seccomp`, `namespaces` or `filesystem`: the isolation the
+that must fail first) and optionally `needs` (`seccomp`, `network` or `filesystem`: the isolation the
 containment relies on; the direct play is skipped below that level, the validator still runs since those
 cases fail its static checks before anything executes). Writing to the host needs nothing: every level refuses
 it. `@@NAME@@` placeholders give the attacker the real paths of a host folder it must not write to, a run
@@ -50,13 +50,13 @@ def headers(text: str) -> dict[str, str]:
 
 NEEDS = {
     "seccomp": "the seccomp deny-list (socket, fork, exec, kill refused), which the rlimits level never installs",
-    "namespaces": "network and pid namespaces, which only bubblewrap and unshare make",
+    "network": "a network namespace (bubblewrap, unshare) or the seccomp deny-list's refusal of sockets",
     "filesystem": "host files kept unreadable, by bubblewrap's private filesystem or by Landlock",
 }
 
 
 def provides(level: IsolationLevel, need: str) -> bool:
-    return {"seccomp": level.has_seccomp, "namespaces": level.has_namespaces,
+    return {"seccomp": level.has_seccomp, "network": level.has_namespaces or level.has_seccomp,
             "filesystem": level.protects_host_files}[need]
 
 

@@ -1,5 +1,5 @@
 # hostile: sends a DNS query over UDP (to a socket the test keeps on the host's loopback) and waits for an answer
-# needs: namespaces
+# needs: network
 # outcome: any
 # rejected-by: no_dunder_tricks
 import random

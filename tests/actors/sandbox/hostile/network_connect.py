@@ -1,5 +1,5 @@
 # hostile: opens a TCP connection (to a listener the test keeps on the host's loopback) through the real __import__
-# needs: namespaces
+# needs: network
 # outcome: any
 # rejected-by: no_dunder_tricks
 import random
