@@ -112,8 +112,9 @@ async def run_worker(opts: WorkerOptions) -> None:
         raise InputError(f"{address} is a tcp socket: the engine admits only holders of its key: give --key FILE (RUN_DIR/keys/{WORKER_FILE} of the engine's machine)")
     # On an ipc socket the hello carries the run's secret (engine/protocol/keys.py), read in the run directory (an
     # engine that never started there has made none: then no engine answers, and the worker says so).
-    has_secret = paths is not None and (paths.keys / IPC_SECRET_FILE).exists()
-    secret = read_ipc_secret(paths.keys) if not needs_keys(address) and has_secret else ""
+    secret = ""
+    if not needs_keys(address) and paths is not None and (paths.keys / IPC_SECRET_FILE).exists():
+        secret = read_ipc_secret(paths.keys)
     max_mb = config.worker.max_message_mb if config else DEFAULT_MAX_MESSAGE_MB
     async with (
         open_socket(

@@ -337,7 +337,7 @@ REQUESTS = {
     "rlimits-unconfined-reads": (RLIMITS,),
 }
 # The explicit opt-ins to a fallback level without Landlock, where the host's files stay readable.
-UNCONFINED_READS = frozenset({"unshare-unconfined-reads", "rlimits-unconfined-reads"})
+UNCONFINED_READS = frozenset(name for name in REQUESTS if name.endswith("-unconfined-reads"))
 
 
 def resolve_level(wrapping: Wrapping, seccomp: bool, landlock: bool = False) -> IsolationLevel:
