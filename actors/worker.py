@@ -158,6 +158,7 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
     follower = PolicyFollower(fetcher, batcher.request_weights, worker_id, loaded=batcher.policy_version)
     nursery.start_soon(follower.run)
     busy = 0
+    received = 0  # tasks taken off the socket since the last hello (each heartbeat says it: engine/peers/dispatch.py)
 
     def hello() -> WorkerHello:
         return WorkerHello(
@@ -172,7 +173,7 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
         while True:
             st = batcher.statistics()
             await sock.send(Heartbeat(worker_id=worker_id, policy_version=batcher.policy_version, busy=busy,
-                                      generating_s=st.busy_seconds, sequence_s=st.sequence_seconds))
+                                      generating_s=st.busy_seconds, sequence_s=st.sequence_seconds, tasks_received=received))
             beats += 1
             if beats % 15 == 0:  # a line in the worker's log now and then: is the batcher batching?
                 mean = st.requests / st.batches if st.batches else 0.0
@@ -227,10 +228,12 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
             continue
         match message:
             case DesignTask() | PlayTask():
+                received += 1
                 nursery.start_soon(run_task, message)
             case ValidateTask():  # a design claimed valid, validated again before it is played
                 from actors.revalidate import answer_validation
 
+                received += 1
                 nursery.start_soon(answer_validation, sock, message, pool, config, worker_id)
             case PolicyUpdate(version=version, path=path):
                 if wants_fetch(path, opts.fetch_policy):
@@ -241,6 +244,7 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
                 fetcher.deliver(message)
             case HelloAgain():  # an engine that does not know us (it restarted): join it
                 print(f"[{worker_id}] the engine asked for a new hello (it restarted?); joining again", flush=True)
+                received = 0  # the engine counts its sends from the hello
                 await sock.send(hello())
             case Shutdown():
                 await sock.send(WorkerBye(worker_id=worker_id))

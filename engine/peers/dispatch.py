@@ -15,6 +15,12 @@ Deadlines: a lease lasts at most `deadline_s(task)` (the hub's: worker.lease_fac
 A task past it is taken back (a late answer is then no offence), counted against the worker (`timed_out_tasks`)
 and sent again, the send counting as an attempt, so a task that hangs every worker fails after its retries instead
 of holding the run; a worker that lets `max_timeouts` leases pass is dropped.
+
+Reading: each heartbeat says how many tasks the worker has taken off its socket since its hello
+(`Heartbeat.tasks_received`). A task still unread after `unread_heartbeats` of the worker's own heartbeats is taken
+back and the worker dropped (`unread_workers`): a peer that heartbeats but does not read is shed within a few of its
+own beats, a bound that stretches with the worker's pace on a busy machine instead of a wall clock tuned on a quiet
+one. A worker dropped by mistake asks again (HelloAgain) at its next heartbeat.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ class WorkerState(msgspec.Struct, kw_only=True):
     in_flight: dict[str, Task] = msgspec.field(default_factory=dict)
     leased_at: dict[str, float] = msgspec.field(default_factory=dict)  # task id -> monotonic time of its send
     timeouts: int = 0  # leases this worker let pass their deadline
+    sent: int = 0  # tasks sent to it since its hello
+    send_seq: dict[str, int] = msgspec.field(default_factory=dict)  # task id -> its place in that count
+    unread_beats: dict[str, int] = msgspec.field(default_factory=dict)  # task id -> heartbeats that did not count it read
 
 
 class _Waiting:
@@ -60,11 +69,12 @@ class _Waiting:
 
 class Dispatcher:
     def __init__(self, sock: MessageSocket, *, retries: int = 1, on_result: Callable[[Result], None] | None = None,
-                 deadline_s: Callable[[Task], float] | None = None, max_timeouts: int = 3):
+                 deadline_s: Callable[[Task], float] | None = None, max_timeouts: int = 3, unread_heartbeats: int = 5):
         self._sock = sock
         self._retries = retries
         self._deadline_s = deadline_s
         self._max_timeouts = max_timeouts
+        self._unread_heartbeats = unread_heartbeats
         self._pending: collections.deque[str] = collections.deque()
         self._waiting: dict[str, _Waiting] = {}
         self.workers: dict[bytes, WorkerState] = {}
@@ -112,6 +122,24 @@ class Dispatcher:
                 state.policy_version = policy_version
         return state
 
+    def heartbeat(self, ident: bytes, policy_version: int, tasks_received: int) -> WorkerState | None:
+        """A worker's heartbeat: `seen`, then its reading checked. None when `ident` is no worker here, or no longer:
+        dropped now for a task left unread over `unread_heartbeats` of its beats."""
+        state = self.seen(ident, policy_version)
+        if state is None or self._unread_heartbeats <= 0:
+            return state
+        for task_id, seq in state.send_seq.items():
+            if seq < tasks_received:
+                state.unread_beats.pop(task_id, None)
+            elif task_id in state.in_flight:
+                state.unread_beats[task_id] = state.unread_beats.get(task_id, 0) + 1
+        state.send_seq = {t: seq for t, seq in state.send_seq.items() if seq >= tasks_received and t in state.in_flight}
+        if any(beats >= self._unread_heartbeats for beats in state.unread_beats.values()):
+            self.leases.counters["unread_workers"] += 1
+            self.drop_worker(ident)
+            return None
+        return state
+
     def holds_lease(self, ident: bytes, task_id: str) -> bool:
         state = self.workers.get(ident)
         return state is not None and task_id in state.in_flight
@@ -130,6 +158,8 @@ class Dispatcher:
             return verdict
         del state.in_flight[result.task_id]
         state.leased_at.pop(result.task_id, None)
+        state.send_seq.pop(result.task_id, None)  # an answer proves it was read
+        state.unread_beats.pop(result.task_id, None)
         state.last_seen = time.monotonic()
         waiting = self._waiting.get(result.task_id)
         if waiting is None or waiting.done.is_set():
@@ -150,6 +180,8 @@ class Dispatcher:
                 self.requeued += 1
         state.in_flight.clear()
         state.leased_at.clear()
+        state.send_seq.clear()
+        state.unread_beats.clear()
 
     def _kick(self) -> None:
         """Send what the credit allows, now: sends never wait (a full or gone peer is dropped), so there is no
@@ -184,6 +216,8 @@ class Dispatcher:
             waiting.attempts += 1
             worker.in_flight[task_id] = waiting.task
             worker.leased_at[task_id] = time.monotonic()
+            worker.send_seq[task_id] = worker.sent
+            worker.sent += 1
             if not self._sock.try_send_to(worker.ident, waiting.task):
                 self.drop_worker(worker.ident)  # gone, or not reading: the task goes back to the queue
 
@@ -211,6 +245,7 @@ class Dispatcher:
         for task_id in late:
             del state.in_flight[task_id]
             del state.leased_at[task_id]
+            state.unread_beats.pop(task_id, None)  # its place in the count stays: the worker may still read it
             self.leases.ended(task_id, state.ident)
             self.leases.counters["timed_out_tasks"] += 1
             state.timeouts += 1

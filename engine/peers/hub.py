@@ -8,7 +8,8 @@ processes and their supervision. The curriculum loop (engine/run.py) gets a Hub 
     await hub.wait_for_version(version, label)                    # until the learner has published it
 
 A worker result is screened (engine/peers/result_checks.py) before the dispatcher takes it; a learner message
-from anyone but the learner this engine started (its token) is refused.
+from anyone but the learner this engine started (its token) is refused. A peer past its message budget
+(engine/peers/flood.py) is shed; a worker that leaves its tasks unread is dropped (engine/peers/dispatch.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import trio
 from engine.metrics.live import LiveView
 from engine.peers.bus import Bus
 from engine.peers.dispatch import Dispatcher, WorkerState
+from engine.peers.flood import MessageBudget
 from engine.peers.policy_transfer import PolicyServer
 from engine.peers.processes import Child, learner_child, supervise, worker_child
 from engine.peers.result_checks import ResultGate
@@ -85,6 +87,7 @@ class Hub:
         self.dispatcher: Dispatcher | None = None
         self.bus = Bus(config, paths, view)  # sockets, keys, counters, rate-limited warnings (engine/peers/bus.py)
         self.result_gate = ResultGate.for_run(config, paths, view.line)  # checks every worker result (vocab_size read once)
+        self.message_budget = MessageBudget(config.worker.max_messages_per_s, config.worker.message_burst)  # per peer
         self.policy_server: PolicyServer | None = None
         self._progress = {"label": "", "done": 0, "total": 0}
 
@@ -95,9 +98,10 @@ class Hub:
             try:
                 ident, message = await self.worker_sock.receive_from()
             except ProtocolError as exc:
-                self.bus.warnings.warn("malformed worker message", f"ignored a malformed message from {short_id(exc.ident)} on the worker socket: {exc}")
+                if not self._shed(exc.ident):
+                    self.bus.warnings.warn("malformed worker message", f"ignored a malformed message from {short_id(exc.ident)} on the worker socket: {exc}")
                 continue
-            if self.dispatcher.banned(ident):  # it sent results for tasks not leased to it (engine/peers/leases.py)
+            if self._shed(ident):
                 continue
             match message:
                 case WorkerHello() if not self.bus.hello_gate.admit(message):
@@ -121,16 +125,36 @@ class Hub:
                     self.worker_sock.try_send_to(ident, PolicyUpdate(version=self.policy_version, path=self.policy_path))
                     self._worker_ready.set()
                 case Heartbeat():
-                    if (state := self.dispatcher.seen(ident, message.policy_version)) is None:  # e.g. attached before a restart
-                        self.worker_sock.try_send_to(ident, HelloAgain())  # dropped if it is gone or not reading
-                    else:
+                    known = self.dispatcher.workers.get(ident)
+                    if (state := self.dispatcher.heartbeat(ident, message.policy_version, message.tasks_received)) is not None:
                         self.on_heartbeat(state.worker_id, message.generating_s, message.sequence_s)
+                    elif known is not None:  # dropped just now: it heartbeats but does not read its tasks
+                        self.view.line(f"warning: worker {known.worker_id} left a task unread over {self.config.worker.unread_heartbeats} "
+                                       "of its heartbeats (it does not read its socket); it is dropped and its tasks go to another worker")
+                    else:  # e.g. attached before a restart
+                        self.worker_sock.try_send_to(ident, HelloAgain())  # dropped if it is gone or not reading
                 case DesignResult() | PlayResult() | ValidateResult() | TaskFailed():
                     self._complete(ident, message)
                 case WorkerBye():
                     self.dispatcher.drop_worker(ident)
                 case FetchRunInfo() | FetchManifest() | FetchChunk():  # a worker without the run's files
                     self.policy_server.submit(ident, message)
+
+    def _shed(self, ident: bytes) -> bool:
+        """Whether to ignore this message of `ident`: it is banned (results for tasks not leased to it, or an earlier
+        flood; engine/peers/leases.py), or it is past its message budget now (engine/peers/flood.py), which bans it."""
+        assert self.dispatcher
+        if self.dispatcher.banned(ident):
+            return True
+        if self.message_budget.spend(ident):
+            return False
+        self.dispatcher.leases.ban(ident, "flooding_peers")
+        state = self.dispatcher.drop_worker(ident)
+        self.bus.warnings.warn("flooding peer", f"{'worker ' + state.worker_id if state else 'peer ' + short_id(ident)} sent more than "
+                               f"{self.config.worker.message_burst} messages at once (worker.message_burst, refilled at "
+                               f"worker.max_messages_per_s = {self.config.worker.max_messages_per_s:g}): it is shed, "
+                               "its messages ignored for the rest of the run")
+        return True
 
     def _complete(self, ident: bytes, message: DesignResult | PlayResult | ValidateResult | TaskFailed) -> None:
         warn = self.bus.warnings.warn
@@ -223,7 +247,7 @@ class Hub:
         async with self.bus.open() as (worker_sock, learner_sock), trio.open_nursery() as nursery:
             self.worker_sock, self.learner_sock = worker_sock, learner_sock
             self.dispatcher = Dispatcher(worker_sock, on_result=self._on_result, deadline_s=lambda task: lease_deadline_s(task, self.config),
-                                         max_timeouts=self.config.worker.max_timeouts)
+                                         max_timeouts=self.config.worker.max_timeouts, unread_heartbeats=self.config.worker.unread_heartbeats)
             self.policy_server = PolicyServer(self.paths, worker_sock, self._run_info)
             self.bus.extra["workers"] += [lambda: self.dispatcher.leases.counters, lambda: self.policy_server.counters]
             await nursery.start(self.dispatcher.run)

@@ -50,6 +50,12 @@ class Leases:
             return "ban"
         return "rejected"
 
+    def ban(self, ident: bytes, counter: str) -> None:
+        """Ban `ident` for the rest of the run for another offence than rejected results, counted as `counter`."""
+        if ident not in self._banned:
+            self.counters[counter] += 1
+        _remember(self._banned, ident, None, MAX_TRACKED)
+
     def banned(self, ident: bytes) -> bool:
         """Whether `ident` is banned; each message of a banned identity is counted as ignored."""
         if ident in self._banned:

@@ -230,6 +230,13 @@ class WorkerConfig(Section):
     # a worker that lets max_timeouts of them pass is dropped (0: never). engine/peers/dispatch.py
     lease_factor: float = 2.0
     max_timeouts: int = 3
+    # A worker that leaves a task unread over this many of its own heartbeats is dropped, its tasks requeued (it
+    # heartbeats but does not read its socket; 0: never). Counted in the worker's beats, so a busy machine stretches it.
+    unread_heartbeats: int = 5
+    # Messages a peer may send: a burst of message_burst, refilled at max_messages_per_s; a peer past it floods the
+    # engine's socket and is shed (dropped, banned for the run, counted as flooding_peers). 0: no limit.
+    max_messages_per_s: float = 200.0
+    message_burst: int = 2000
 
 
 class EvalConfig(Section):

@@ -188,6 +188,12 @@ def check_config(config: Config) -> None:
         raise ConfigError(f"worker.lease_factor must be at least 1 (got {c.worker.lease_factor}): a shorter deadline than a task's own bound times out honest workers")
     if c.worker.max_timeouts < 0:
         raise ConfigError(f"worker.max_timeouts must be >= 0 (got {c.worker.max_timeouts})")
+    if c.worker.unread_heartbeats and c.worker.unread_heartbeats < 3:
+        raise ConfigError(f"worker.unread_heartbeats must be 0 (off) or at least 3 (got {c.worker.unread_heartbeats}): a task can be "
+                          "in flight across a beat or two, so a smaller bound drops honest workers")
+    if c.worker.max_messages_per_s < 0 or (c.worker.max_messages_per_s and c.worker.message_burst < 100):
+        raise ConfigError(f"worker.max_messages_per_s must be >= 0 (0: no limit) and worker.message_burst at least 100 (got "
+                          f"{c.worker.max_messages_per_s}, {c.worker.message_burst}): a worker sends bursts of results and fetches")
     if c.play.plays_per_env + c.play.hint_plays_per_env < 1:
         raise ConfigError("play.plays_per_env + play.hint_plays_per_env must be at least 1")
     if c.play.edit_draws > MAX_DRAWS:

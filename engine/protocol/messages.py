@@ -90,6 +90,9 @@ class Heartbeat(_Msg, tag="heartbeat"):
     # (engine/metrics/phases.py). Figures only: a peer's values are checked and never steer anything.
     generating_s: float = 0.0
     sequence_s: float = 0.0
+    # Tasks (design, play, validate) taken off the socket since the worker's last hello: the engine drops a worker
+    # that leaves a task unread over `worker.unread_heartbeats` beats (engine/peers/dispatch.py).
+    tasks_received: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class DesignResult(_Msg, tag="design_result"):

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +42,15 @@ def up_command(tiny_model_path: str, run_dir: Path, script: Path, steps: int, ex
         "--set", "curriculum.edit_share=0", "--set", "play.plays_per_env=2", "--set", "play.hint_plays_per_env=2",
         *extra,
     ]
+
+
+def wait_for_text(path: Path, text: str, deadline: float) -> None:
+    """Until `text` is in the file at `path` (an engine's output), or fail at `deadline` (time.monotonic) with it."""
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never appeared in {path}:\n{path.read_text() if path.exists() else ''}")
 
 
 def subprocess_env():

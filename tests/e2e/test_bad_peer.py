@@ -45,19 +45,11 @@ from engine.protocol.messages import (
 from engine.protocol.keys import read_ipc_secret
 from engine.protocol.paths import RunPaths
 from storage.store import Store
-from tests.e2e.helpers import up_command, up_script
+from tests.e2e.helpers import up_command, up_script, wait_for_text
 
 STEPS = 2
 VOCAB = 4096  # the tiny model's
 MARK = np.float32(-0.0123456)  # the forged samples' behaviour log-probs: found in no sample the run keeps
-
-
-def _wait_for(path: Path, text: str, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{text!r} never appeared in {path}:\n{path.read_text() if path.exists() else ''}")
 
 
 def _forged_play(task: PlayTask, version: int, kind: str) -> PlayResult:
@@ -133,7 +125,7 @@ def test_a_worker_that_sends_nan_and_out_of_range_tokens_changes_nothing_trained
     with open(output, "w") as out:
         engine = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=STEPS), stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
-    _wait_for(output, "worker w0 joined", deadline)  # so that the engine does not start on the forged worker alone
+    wait_for_text(output, "worker w0 joined", deadline)  # so that the engine does not start on the forged worker alone
     sent = _forged_worker(RunPaths(run_dir).worker_address, deadline, read_ipc_secret(RunPaths(run_dir).keys))
     assert sent == ["nan", "token", "nan-sample"], (sent, output.read_text())
     processes.track(engine.pid)
@@ -204,7 +196,8 @@ def test_a_forged_policy_published_changes_nothing(tiny_model_path, tmp_path, pr
 
 def _silent_workers(address: str, deadline: float, stop, secrets: dict[str, str]) -> list[str]:
     """One peer per `secrets` item (identity: the secret its hello carries), all connected at once: each says hello,
-    heartbeats, takes what is sent and never answers. Returns the task ids they were sent."""
+    heartbeats (counting the tasks it read, as a worker does), takes what is sent and never answers. Returns the task
+    ids they were sent."""
     decoder = msgspec.msgpack.Decoder(EngineToWorker)
     socks = {}
     for identity, secret in secrets.items():
@@ -214,17 +207,19 @@ def _silent_workers(address: str, deadline: float, stop, secrets: dict[str, str]
         sock.connect(address)
         sock.send(msgspec.msgpack.encode(WorkerHello(worker_id=identity, pid=os.getpid(), slots=1, isolation="none", backend="silent", policy_version=0, secret=secret)))
     taken, beat = [], 0.0
+    received = dict.fromkeys(socks, 0)
     try:
         while time.monotonic() < deadline and not stop():
             if time.monotonic() - beat > 1.0:
                 for identity, sock in socks.items():
-                    sock.send(msgspec.msgpack.encode(Heartbeat(worker_id=identity, policy_version=0, busy=len(taken))))
+                    sock.send(msgspec.msgpack.encode(Heartbeat(worker_id=identity, policy_version=0, busy=received[identity], tasks_received=received[identity])))
                 beat = time.monotonic()
-            for sock in socks.values():
+            for identity, sock in socks.items():
                 if sock.poll(50):
                     message = decoder.decode(sock.recv())
                     if isinstance(message, (PlayTask, DesignTask, ValidateTask)):
                         taken.append(message.task_id)
+                        received[identity] += 1
     finally:
         for sock in socks.values():
             sock.close()
@@ -242,7 +237,7 @@ def test_a_worker_that_holds_tasks_and_never_answers_is_timed_out_and_the_run_fi
     with open(output, "w") as out:
         engine = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=3, extra=extra), stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 420
-    _wait_for(output, "worker w0 joined", deadline)
+    wait_for_text(output, "worker w0 joined", deadline)
     processes.track(engine.pid)
     taken = _silent_workers(RunPaths(run_dir).worker_address, deadline, stop=lambda: engine.poll() is not None,
                             secrets={"silent": read_ipc_secret(RunPaths(run_dir).keys)})
@@ -271,7 +266,7 @@ def test_a_hello_without_the_runs_ipc_secret_is_refused_and_nothing_it_sends_is_
     with open(output, "w") as out:
         engine = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=STEPS), stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
-    _wait_for(output, "worker w0 joined", deadline)
+    wait_for_text(output, "worker w0 joined", deadline)
     processes.track(engine.pid)
     socket_dir = RunPaths(run_dir).socket_dir
     assert socket_dir.stat().st_mode & 0o777 == 0o700 and (RunPaths(run_dir).keys / "ipc.secret").stat().st_mode & 0o777 == 0o600

@@ -141,3 +141,47 @@ def test_a_task_whose_lease_passed_goes_first_to_a_worker_that_did_not_let_it_pa
             assert dispatcher.workers[b"a"].timeouts == 1 and b"a" in dispatcher.workers  # max_timeouts 0: never dropped
 
     trio.run(main)
+
+
+def test_a_worker_that_heartbeats_but_leaves_its_tasks_unread_is_dropped_within_its_own_beats(tmp_path):
+    """Worker a's heartbeats never count t0 as read: on the 3rd beat it is dropped (unread_heartbeats = 3), counted,
+    and t0 goes to b. Beats that count the task read, however many, keep a worker; so does one beat short."""
+
+    async def main():
+      with trio.fail_after(20):
+        async with _engine_and_two_workers(tmp_path) as (router, a, b, nursery):
+            dispatcher = Dispatcher(router, retries=1, unread_heartbeats=3)
+            await nursery.start(dispatcher.run)
+            dispatcher.add_worker(_worker(b"a", 1))
+            nursery.start_soon(dispatcher.run_tasks, [_task(0), _task(1)])
+            await trio.testing.wait_all_tasks_blocked()
+            assert dispatcher.in_flight() == 1  # t0 leased to a
+            assert dispatcher.heartbeat(b"a", 0, tasks_received=0) is not None
+            assert dispatcher.heartbeat(b"a", 0, tasks_received=0) is not None  # two beats short of read: kept
+            assert dispatcher.heartbeat(b"a", 0, tasks_received=0) is None  # the third: dropped
+            assert b"a" not in dispatcher.workers and dispatcher.leases.counters["unread_workers"] == 1
+            dispatcher.add_worker(_worker(b"b", 2))
+            got = sorted([(await b.receive()).task_id, (await b.receive()).task_id])
+            assert got == ["t0", "t1"]
+            for _ in range(10):  # b says it read both: never dropped
+                assert dispatcher.heartbeat(b"b", 0, tasks_received=2) is not None
+            dispatcher.complete(b"b", _answer("t0"))
+            assert dispatcher.workers[b"b"].send_seq == {} and dispatcher.workers[b"b"].unread_beats == {}
+            assert dispatcher.heartbeat(b"c", 0, tasks_received=0) is None and dispatcher.leases.counters["unread_workers"] == 1  # a stranger
+
+    trio.run(main)
+
+
+def test_unread_heartbeats_zero_never_drops_a_worker(tmp_path):
+    async def main():
+      with trio.fail_after(20):
+        async with _engine_and_two_workers(tmp_path) as (router, a, b, nursery):
+            dispatcher = Dispatcher(router, unread_heartbeats=0)
+            await nursery.start(dispatcher.run)
+            dispatcher.add_worker(_worker(b"a", 1))
+            nursery.start_soon(dispatcher.run_tasks, [_task(0)])
+            await trio.testing.wait_all_tasks_blocked()
+            for _ in range(20):
+                assert dispatcher.heartbeat(b"a", 0, tasks_received=0) is not None
+
+    trio.run(main)

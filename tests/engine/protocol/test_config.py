@@ -194,6 +194,9 @@ LEARNER_BAD = [
     (["learner.lora_rank=-1"], r"^learner\.lora_rank must be >= 0 \(got -1\)$"),
     (["worker.lease_factor=0.5"], r"^worker\.lease_factor must be at least 1 \(got 0\.5\): a shorter deadline"),
     (["worker.max_timeouts=-1"], r"^worker\.max_timeouts must be >= 0 \(got -1\)$"),
+    (["worker.unread_heartbeats=2"], r"^worker\.unread_heartbeats must be 0 \(off\) or at least 3 \(got 2\)"),
+    (["worker.message_burst=10"], r"^worker\.max_messages_per_s must be >= 0 \(0: no limit\) and worker\.message_burst at least 100"),
+    (["worker.max_messages_per_s=-1"], r"^worker\.max_messages_per_s must be >= 0"),
     (
         ["learner.warmup_steps=4", "learner.total_steps=4"],
         r"^learner\.total_steps \(4\) must exceed learner\.warmup_steps \(4\), or be 0 for no decay$",
