@@ -31,6 +31,7 @@ import zmq
 
 from actors.remote import PolicyFetcher, PolicyFollower, join_remote, wants_fetch
 from engine.protocol.config_loading import read_config_file
+from engine.protocol.devices import cpu_share, pin_process
 from engine.protocol.errors import InputError, RunFailed, UsageError, describe_failure
 from engine.protocol.keys import (
     IPC_SECRET_FILE,
@@ -136,7 +137,10 @@ async def run_worker(opts: WorkerOptions) -> None:
             model_path = paths.read_model_path()
         import torch
 
-        torch.set_num_threads(config.inference.threads or os.cpu_count() or 1)
+        threads, pin = cpu_share(config, "inference")
+        if pin is not None and not config.inference.gpus:
+            pin_process(pin)  # the learner runs on the other cores (run.max_staleness > 0: engine/protocol/devices.py)
+        torch.set_num_threads(threads)
         backend = await trio.to_thread.run_sync(build_backend, config, model_path)
         if adapter:
             await trio.to_thread.run_sync(backend.load_weights, adapter, start_version)

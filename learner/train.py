@@ -31,6 +31,7 @@ import zmq
 
 from engine.protocol.config import Config
 from engine.protocol.config_loading import read_config_file
+from engine.protocol.devices import cpu_share, pin_process
 from engine.protocol.errors import UsageError, describe_failure
 from engine.protocol.lifeline import LEARNER_TOKEN_ENV, cancel_on_signal, cancel_when_engine_gone, engine_pid
 from engine.protocol.messages import EngineToLearner, LearnerFailed, LearnerHello, PolicyPublished, Shutdown, TrainBatch
@@ -153,7 +154,10 @@ def run_learner(run_dir: Path) -> None:
                 "start the learner with engine.peers.processes.learner_command(python, run_dir, learner.world_size)"
             )
         if dist.device_type == "cpu":
-            torch.set_num_threads(config.learner.threads or max(1, (os.cpu_count() or 1) // dist.world_size))
+            threads, pin = cpu_share(config, "learner")  # with a pin: the rollout workers run on the other cores
+            if pin is not None and dist.world_size == 1:
+                pin_process(pin)
+            torch.set_num_threads(config.learner.threads or max(1, threads // dist.world_size))
         elif config.learner.threads:
             torch.set_num_threads(config.learner.threads)
         model_path = paths.read_model_path()

@@ -46,7 +46,7 @@ import trio
 from actors.inference.adapter_merge import AdapterMerger
 from actors.inference.base import Generation, GenerationRequest, InferenceBackend
 from actors.inference.hf import is_adapter_folder, load_tokenizer, stop_token_ids
-from engine.protocol.devices import select_gpus
+from engine.protocol.devices import core_list, select_gpus
 from engine.protocol.errors import InputError, RunFailed
 
 INSTALL_HINT = "pip install -e '.[gpu]' on a GPU machine, or run from .venv-vllm (made by bin/test --vllm) on CPU"
@@ -85,10 +85,11 @@ class VLLMBackend(InferenceBackend):
         require_vllm()
         os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # the sampler `_LearnerLogprobSampler` extends
         if not inference.gpus and _on_cpu():
-            # The CPU build binds its threads to cores and by default leaves one core out: use inference.threads
-            # cores (0: all), as the transformers backend does.
-            cores = inference.threads or os.cpu_count() or 1
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{cores - 1}")
+            # The CPU build binds its threads to cores and by default leaves one core out: use the cores this process
+            # may run on (the worker's share beside the learner: engine/protocol/devices.py), the first
+            # inference.threads of them when set, as the transformers backend does.
+            cores = sorted(os.sched_getaffinity(0))
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", core_list(cores[:inference.threads] if inference.threads else cores))
         select_gpus(inference.gpus, "inference.gpus")
         self._tokenizer = load_tokenizer(model_path)
         self.stop_ids = stop_token_ids(self._tokenizer)

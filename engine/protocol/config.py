@@ -154,7 +154,7 @@ class LearnerConfig(Section):
     loss_aggregation: Literal["sample_mean", "role_token_mean"] = "sample_mean"
     designer_weight: float = 1.0  # role weights on the per-sample (or per-role) losses
     agent_weight: float = 1.0  # (the agent role's weight)
-    threads: int = 0  # torch threads; 0: all cores
+    threads: int = 0  # torch threads on CPU; 0: all cores, or beside the workers their half (engine/protocol/devices.py)
     keep_policies: int = 3  # published policy folders kept on disk
     mini_batches: int = 1  # optimizer steps per TrainBatch (sample i in mini-batch i mod N); > 1 recomputes pi_prox first
     lr_schedule: Literal["constant", "cosine", "linear"] = "constant"  # decay after warm-up, to 0 at total_steps
@@ -194,7 +194,7 @@ class InferenceConfig(Section):
     max_batch: int = 16  # requests batched into one generate call
     batch_wait_s: float = 0.05  # how long the batcher waits for more requests before generating
     script: str = ""  # scripted backend: a JSON file {"designer": [...], "hint": [...], "agent": [...]}
-    threads: int = 0  # torch threads in the worker; 0: all cores
+    threads: int = 0  # CPU threads in the worker; 0: all cores, or, when run.max_staleness > 0 overlaps it with the learner, the lower half
     concurrency: int = 32  # episodes a worker runs at once
     # The timed benchmark backend: log-normal completion lengths, a fixed time per token per request.
     timed_seconds_per_token: float = 0.001  # decode time per token per request
