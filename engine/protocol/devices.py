@@ -22,20 +22,18 @@ def select_gpus(gpus, field: str) -> None:
         raise ValueError(f"{field} = {list(gpus)}: CUDA_VISIBLE_DEVICES shows only {len(existing)} GPUs ({','.join(existing)})")
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(existing[g] if existing else str(g) for g in gpus)
 
-
-
 def cpu_share(config, role: str) -> tuple[int, list[int] | None]:
     """(threads, cores to pin them to or None) for the learner (`role` "learner") or a rollout worker's generator
-    ("inference") on CPU. Its own `threads` when set; else every core, or, when the two overlap (`run.max_staleness`
-    > 0 with workers started by `up`, neither with its own `threads`), the generator the lower half of the cores
-    this process may use and the learner the rest, so that neither spins on the other's cores (overlapped on all
-    cores, an update of 509 tokens took 109 s against about 3 s alone)."""
+    ("inference") on CPU. Its own `threads` when set; else every core, or, when the two overlap on the CPU
+    (`run.max_staleness` > 0 with workers started by `up`, no `inference.gpus`, neither with its own `threads`),
+    the generator the lower half of the cores this process may use and the learner the rest, so that neither spins
+    on the other's cores (overlapped on all cores, an update of 509 tokens took 109 s against about 3 s alone)."""
     own = config.learner.threads if role == "learner" else config.inference.threads
     if own:
         return own, None
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if config.run.max_staleness > 0 and config.worker.count > 0 and len(cores) > 1 and not config.inference.threads \
-            and not config.learner.threads:
+    overlapped = config.run.max_staleness > 0 and config.worker.count > 0 and not config.inference.gpus
+    if overlapped and len(cores) > 1 and not config.inference.threads and not config.learner.threads:
         half = len(cores) // 2
         part = cores[:half] if role == "inference" else cores[half:]
         return len(part), part
