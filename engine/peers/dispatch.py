@@ -69,12 +69,14 @@ class _Waiting:
 
 class Dispatcher:
     def __init__(self, sock: MessageSocket, *, retries: int = 1, on_result: Callable[[Result], None] | None = None,
-                 deadline_s: Callable[[Task], float] | None = None, max_timeouts: int = 3, unread_heartbeats: int = 5):
+                 deadline_s: Callable[[Task], float] | None = None, max_timeouts: int = 3, unread_heartbeats: int = 5,
+                 on_sent: Callable[[bytes], None] = lambda ident: None):
         self._sock = sock
         self._retries = retries
         self._deadline_s = deadline_s
         self._max_timeouts = max_timeouts
         self._unread_heartbeats = unread_heartbeats
+        self._on_sent = on_sent  # each task sent: its worker owes a result (engine/peers/flood.py refund)
         self._pending: collections.deque[str] = collections.deque()
         self._waiting: dict[str, _Waiting] = {}
         self.workers: dict[bytes, WorkerState] = {}
@@ -218,7 +220,9 @@ class Dispatcher:
             worker.leased_at[task_id] = time.monotonic()
             worker.send_seq[task_id] = worker.sent
             worker.sent += 1
-            if not self._sock.try_send_to(worker.ident, waiting.task):
+            if self._sock.try_send_to(worker.ident, waiting.task):
+                self._on_sent(worker.ident)
+            else:
                 self.drop_worker(worker.ident)  # gone, or not reading: the task goes back to the queue
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:

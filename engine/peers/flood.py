@@ -2,12 +2,14 @@
 
     budget = MessageBudget(per_s=200.0, burst=2000)
     if budget.spend(ident): ...               # False: past its budget now, a flood (the hub drops and bans it)
+    budget.refund(ident)                      # the engine sent it something that asks for an answer
 
-A token bucket per identity, on the engine's own clock: `burst` messages at once, refilled at `per_s`. A worker's
-traffic is bounded by what the engine asks of it (results only for leased tasks, fetches one window of chunks at a
-time, a heartbeat every few seconds), so an honest one stays far inside it, and a backlog the engine reads late on
-a busy machine is a burst of what was sent over the same stretch, which the refill covers. A flooder is past it
-within a second of its flood, whatever the load. What is remembered is bounded (`MAX_TRACKED` identities, the
+A token bucket per identity, on the engine's own clock: `burst` messages at once, refilled at `per_s`, and one
+more for each message the engine asks for (`refund`: a task leased to the peer owes a result, a policy chunk
+served owes the next request). So a worker's budget grows with what the engine asks of it, however fast a big
+model's chunks travel, and beyond that its own traffic is a heartbeat every few seconds; a backlog the engine
+reads late on a busy machine is a burst of what was sent over the same stretch, which the refill covers. A flooder
+is past it within a second of its flood, whatever the load. What is remembered is bounded (`MAX_TRACKED` identities, the
 least recent forgotten first), so a peer cycling through identities costs memory only up to that.
 """
 
@@ -39,3 +41,9 @@ class MessageBudget:
         while len(self._buckets) > MAX_TRACKED:
             self._buckets.popitem(last=False)
         return within
+
+    def refund(self, ident: bytes) -> None:
+        """One message more for `ident`, which the engine has just asked for (up to a full burst)."""
+        if ident in self._buckets:
+            tokens, at = self._buckets[ident]
+            self._buckets[ident] = (min(float(self.burst), tokens + 1.0), at)

@@ -247,8 +247,9 @@ class Hub:
         async with self.bus.open() as (worker_sock, learner_sock), trio.open_nursery() as nursery:
             self.worker_sock, self.learner_sock = worker_sock, learner_sock
             self.dispatcher = Dispatcher(worker_sock, on_result=self._on_result, deadline_s=lambda task: lease_deadline_s(task, self.config),
-                                         max_timeouts=self.config.worker.max_timeouts, unread_heartbeats=self.config.worker.unread_heartbeats)
-            self.policy_server = PolicyServer(self.paths, worker_sock, self._run_info)
+                                         max_timeouts=self.config.worker.max_timeouts, unread_heartbeats=self.config.worker.unread_heartbeats,
+                                         on_sent=self.message_budget.refund)
+            self.policy_server = PolicyServer(self.paths, worker_sock, self._run_info, on_served=self.message_budget.refund)
             self.bus.extra["workers"] += [lambda: self.dispatcher.leases.counters, lambda: self.policy_server.counters]
             await nursery.start(self.dispatcher.run)
             nursery.start_soon(self.bus.run)

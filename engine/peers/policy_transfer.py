@@ -69,7 +69,9 @@ def _read(path: Path, offset: int, size: int) -> bytes:
 
 
 class PolicyServer:
-    def __init__(self, paths: RunPaths, sock: MessageSocket, run_info: Callable[[], RunInfo]):
+    def __init__(self, paths: RunPaths, sock: MessageSocket, run_info: Callable[[], RunInfo],
+                 on_served: Callable[[bytes], None] = lambda ident: None):
+        self._on_served = on_served  # each chunk sent: its peer may ask for the next (engine/peers/flood.py refund)
         self._paths = paths
         self._sock = sock
         self._run_info = run_info
@@ -109,6 +111,7 @@ class PolicyServer:
             if self._sock.try_send_to(ident, reply) and isinstance(reply, PolicyChunk):
                 self.counters["chunks_served"] += 1
                 self.counters["bytes_served"] += len(reply.data)
+                self._on_served(ident)
 
     def _credit(self, ident: bytes, receipts: list[int]) -> bool:
         """Take `ident`'s returned tickets; whether it may be sent one more chunk."""

@@ -233,8 +233,9 @@ class WorkerConfig(Section):
     # A worker that leaves a task unread over this many of its own heartbeats is dropped, its tasks requeued (it
     # heartbeats but does not read its socket; 0: never). Counted in the worker's beats, so a busy machine stretches it.
     unread_heartbeats: int = 5
-    # Messages a peer may send: a burst of message_burst, refilled at max_messages_per_s; a peer past it floods the
-    # engine's socket and is shed (dropped, banned for the run, counted as flooding_peers). 0: no limit.
+    # Messages a peer may send: a burst of message_burst, refilled at max_messages_per_s and by one for each task or
+    # policy chunk sent to it; a peer past it floods the engine's socket and is shed (dropped, banned for the run,
+    # counted as flooding_peers; engine/peers/flood.py). max_messages_per_s = 0: no limit.
     max_messages_per_s: float = 200.0
     message_burst: int = 2000
 

@@ -38,3 +38,16 @@ def test_zero_rate_means_no_limit_and_memory_is_bounded(monkeypatch):
     for i in range(500):
         budget.spend(f"id-{i}".encode())
     assert len(budget._buckets) == 50
+
+
+def test_what_the_engine_asks_for_is_refunded():
+    """Each task leased or chunk served gives its peer one message more: a fast fetch of a big model, a chunk
+    request per chunk served, never runs out."""
+    clock = _Clock()
+    budget = MessageBudget(per_s=1.0, burst=100, clock=clock)
+    for _ in range(100_000):  # all at one instant: only the refunds keep it within
+        assert budget.spend(b"fetcher")
+        budget.refund(b"fetcher")
+    assert all(budget.spend(b"fetcher") for _ in range(100)) and not budget.spend(b"fetcher")  # a burst, no more
+    budget.refund(b"stranger")  # nothing to refund: not tracked, and no credit in advance
+    assert b"stranger" not in budget._buckets
