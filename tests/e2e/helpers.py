@@ -53,6 +53,17 @@ def wait_for_text(path: Path, text: str, deadline: float) -> None:
     raise AssertionError(f"{text!r} never appeared in {path}:\n{path.read_text() if path.exists() else ''}")
 
 
+def state_and_done_ids(run_dir: Path):
+    """The run's state and the ids of every trajectory and environment it stored (read-only)."""
+    from storage.store import Store
+
+    store = Store.open(run_dir / "store", readonly=True)
+    try:
+        return store.state(), {t.sample_id for t in store.trajectories()} | {e.env_id for e in store.environments()}
+    finally:
+        store.close()
+
+
 def subprocess_env():
     return dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
 

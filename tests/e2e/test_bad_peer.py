@@ -45,7 +45,7 @@ from engine.protocol.messages import (
 from engine.protocol.keys import read_ipc_secret
 from engine.protocol.paths import RunPaths
 from storage.store import Store
-from tests.e2e.helpers import up_command, up_script, wait_for_text
+from tests.e2e.helpers import state_and_done_ids, up_command, up_script, wait_for_text
 
 STEPS = 2
 VOCAB = 4096  # the tiny model's
@@ -247,12 +247,7 @@ def test_a_worker_that_holds_tasks_and_never_answers_is_timed_out_and_the_run_fi
     assert "warning: worker silent did not answer task" in text and "silent is dropped (2 timed out)" in text, text
     counters = json.loads((run_dir / "run.json").read_text())["bus"]["workers"]
     assert counters["timed_out_tasks"] >= 2 and counters["timed_out_workers"] >= 1, counters
-    store = Store.open(run_dir / "store", readonly=True)
-    try:
-        state = store.state()
-        done = {t.sample_id for t in store.trajectories()} | {e.env_id for e in store.environments()}
-    finally:
-        store.close()
+    state, done = state_and_done_ids(run_dir)
     assert state.finished and state.steps_done == 3
     assert set(taken) <= done, (taken, sorted(done))  # every task it held was done by w0 instead (it goes to a
     # worker that has not let it pass first)

@@ -19,8 +19,7 @@ import zmq
 from engine.protocol.keys import read_ipc_secret
 from engine.protocol.messages import DesignTask, EngineToWorker, Heartbeat, PlayTask, ValidateTask, WorkerHello
 from engine.protocol.paths import RunPaths
-from storage.store import Store
-from tests.e2e.helpers import up_command, up_script, wait_for_text
+from tests.e2e.helpers import state_and_done_ids, up_command, up_script, wait_for_text
 
 BEAT_S = 1.0
 UNREAD_BEATS = 4
@@ -92,11 +91,6 @@ def test_a_deaf_peer_and_a_flooding_peer_are_shed_and_the_run_finishes(tiny_mode
     counters = json.loads((run_dir / "run.json").read_text())["bus"]["workers"]
     assert counters["unread_workers"] == 1 and counters["flooding_peers"] == 1, counters
     assert counters["banned_messages"] >= FLOOD // 2, counters  # most of the flood ignored
-    store = Store.open(run_dir / "store", readonly=True)
-    try:
-        state = store.state()
-        done = {t.sample_id for t in store.trajectories()} | {e.env_id for e in store.environments()}
-    finally:
-        store.close()
+    state, done = state_and_done_ids(run_dir)
     assert state.finished and state.steps_done == 3
     assert set(taken) <= done, (taken, sorted(done))  # w0 did what the deaf peer was sent
