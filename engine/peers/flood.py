@@ -9,8 +9,8 @@ more for each message the engine asks for (`refund`: a task leased to the peer o
 served owes the next request). So a worker's budget grows with what the engine asks of it, however fast a big
 model's chunks travel, and beyond that its own traffic is a heartbeat every few seconds; a backlog the engine
 reads late on a busy machine is a burst of what was sent over the same stretch, which the refill covers. A flooder
-is past it within a second of its flood, whatever the load. What is remembered is bounded (`MAX_TRACKED` identities, the
-least recent forgotten first), so a peer cycling through identities costs memory only up to that.
+is past it within a second of its flood, whatever the load. What is remembered is bounded (`MAX_TRACKED`
+identities, the least recent forgotten first), so a peer cycling through identities costs memory only up to that.
 """
 
 from __future__ import annotations

@@ -129,8 +129,8 @@ class Hub:
                     if (state := self.dispatcher.heartbeat(ident, message.policy_version, message.tasks_received)) is not None:
                         self.on_heartbeat(state.worker_id, message.generating_s, message.sequence_s)
                     elif known is not None:  # dropped just now: it heartbeats but does not read its tasks
-                        self.view.line(f"warning: worker {known.worker_id} left a task unread over {self.config.worker.unread_heartbeats} "
-                                       "of its heartbeats (it does not read its socket); it is dropped and its tasks go to another worker")
+                        self.bus.warnings.warn("unread worker", f"worker {known.worker_id} left a task unread over {self.config.worker.unread_heartbeats} "
+                                               "of its heartbeats (it does not read its socket); it is dropped and its tasks go to another worker")
                     else:  # e.g. attached before a restart
                         self.worker_sock.try_send_to(ident, HelloAgain())  # dropped if it is gone or not reading
                 case DesignResult() | PlayResult() | ValidateResult() | TaskFailed():
