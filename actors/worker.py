@@ -138,7 +138,7 @@ async def run_worker(opts: WorkerOptions) -> None:
         import torch
 
         threads, pin = cpu_share(config, "inference")
-        if pin is not None and not config.inference.gpus:
+        if pin is not None:  # only on CPU (cpu_share gives no pin with inference.gpus)
             pin_process(pin)  # the learner runs on the other cores (run.max_staleness > 0: engine/protocol/devices.py)
         torch.set_num_threads(threads)
         backend = await trio.to_thread.run_sync(build_backend, config, model_path)
