@@ -1,7 +1,7 @@
 """Learning benchmark: does self-play move the model, and more than training on the fixed pool it starts from?
 
     bin/bench learning [--minutes 60] [--episodes 32] [--out runs/bench-learning] [--set SECTION.KEY=VALUE ...]
-                       [--spade-only]
+                       [--spade-only] [--reuse-initial EARLIER_OUT]
 
 Three steps, each skipped when its result is already in --out (so an interrupted bench resumes; a fresh --out
 repeats the experiment):
@@ -16,7 +16,10 @@ initial, fixed - initial and SPADE - fixed, each with its 95 % bootstrap interva
 pairs. It is written to OUT/learning.md and to each run's probe/table.md (the run's report.html shows it), and the
 bench ends with one JSON line: ratio = the lower end of the SPADE rise's interval in points, target 0 (a rise whose
 interval excludes 0). `--set` values go to both runs, and the `play.*` ones to the probe too. `--spade-only` skips
-step 2 (half the time: SPADE against the initial model only; the fixed figures are then null).
+step 2 (half the time: SPADE against the initial model only; the fixed figures are then null). `--reuse-initial
+EARLIER_OUT` copies the initial model's probe episodes from an earlier experiment instead of playing them again
+(about 10 minutes saved), when they were played on the same probe environments, by the same model and backend,
+with the same turn, token and temperature settings; anything else is an error that says what differs.
 """
 
 import argparse
@@ -102,6 +105,46 @@ def _probe(out: Path, runs: dict[str, Path], episodes: int, settings: list[str])
     return rows, table["suite"], list(zip(table["model_ids"], labels))
 
 
+INITIAL = "@initial"  # the initial model's probe label ends so (the SPADE run's folder name, then @initial)
+
+
+def reuse_initial(source: Path, out: Path) -> int:
+    """Copy the initial model's probe rows of the experiment in `source` into `out`'s probe results (their suite
+    renamed to `out`'s probe folder); returns how many were added. SystemExit, saying what differs, when `source`
+    is no such experiment or its probe was played on other environments or with other play settings."""
+    rows_file = source / "probe" / "results.jsonl"
+    if not rows_file.is_file():
+        sys.exit(f"--reuse-initial {source}: no probe results there ({rows_file}); give an earlier bench's --out")
+    for name in sorted(p.name for p in (out / "probe-envs").iterdir()):
+        theirs = source / "probe-envs" / name
+        if not theirs.is_file() or theirs.read_bytes() != (out / "probe-envs" / name).read_bytes():
+            sys.exit(f"--reuse-initial {source}: its probe environment {name} differs from this one's (or is missing)")
+    mine, theirs = _play_settings(out / "spade"), _play_settings(source / "spade")
+    for key in ("max_turns", "agent_max_tokens", "agent_temperature"):
+        if mine.get(key) != theirs.get(key):
+            sys.exit(f"--reuse-initial {source}: it probed with play.{key} = {theirs.get(key)}, this run plays with "
+                     f"{mine.get(key)}: the initial model must be probed again (drop --reuse-initial)")
+    from actors.evaluation.results import ResultsFile, row_key
+
+    model = json.loads((out / "spade" / "run.json").read_text())["model_path"]
+    results = ResultsFile(out / "probe" / "results.jsonl")
+    suite = f"envs:{out / 'probe-envs'}"
+    added = 0
+    try:
+        for row in ResultsFile(rows_file).rows.values():
+            if not row.get("label", "").endswith(INITIAL):
+                continue
+            if row["model"].split(":", 1)[-1] != model:
+                sys.exit(f"--reuse-initial {source}: its initial model was {row['model']}, this run's is {model}")
+            row = dict(row, suite=suite)
+            if not results.done(row_key(row)):
+                results.add(row)
+                added += 1
+    finally:
+        results.close()
+    return added
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="each run's wall-clock budget (up --minutes)")
@@ -109,6 +152,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "runs" / "bench-learning"), help="the experiment's folder")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="a config value for both runs")
     parser.add_argument("--spade-only", action="store_true", help="no fixed-pool run: SPADE against the initial model")
+    parser.add_argument("--reuse-initial", metavar="EARLIER_OUT", help="copy the initial model's probe from an earlier bench's --out")
     args = parser.parse_args()
     if args.minutes <= 0 or args.episodes < 1:
         sys.exit("--minutes must be above 0 and --episodes at least 1")
@@ -118,6 +162,10 @@ def main() -> None:
     _run("SPADE", runs["SPADE"], args.minutes, "", args.set)
     if "fixed" in runs:
         _run("fixed pool", runs["fixed"], args.minutes, "fixed-envs", args.set)
+    if args.reuse_initial:
+        _probe_folder(out)
+        added = reuse_initial(Path(args.reuse_initial).resolve(), out)
+        _log(f"probe: {added} episodes of the initial model copied from {args.reuse_initial}")
     rows, suite, models = _probe(out, runs, args.episodes, args.set)
     pairs = [("SPADE", "initial")] + ([("fixed", "initial"), ("SPADE", "fixed")] if "fixed" in runs else [])
     comparison = compare(rows, suite, models, pairs)
