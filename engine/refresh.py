@@ -7,10 +7,11 @@
 Every slot gets a design task grounded on a fresh passage and on memory examples of its skill, or, with
 probability `curriculum.edit_share` (beyond the reference), an edit task: one remembered valid environment of its
 skill to write a variant of; an edit that reproduces its parent or any environment in memory (`code_fingerprint`)
-is rejected as a duplicate, and a valid edit is stored with its `parent_id`. Failed slots are retried with new
-passages (`curriculum.design_attempts`); every attempt is stored, valid or rejected, with the validator's checks,
-and the designer's trajectory beside it. A slot left empty plays an earlier valid environment of its skill
-(`curriculum.reuse_valid_envs`), the one likeliest to give its group variance. With `curriculum.use_corpus = false`
+is rejected as a duplicate, and a valid edit is stored with its `parent_id`. A failed slot is retried with a new
+passage (`curriculum.design_attempts`), each slot at its own pace (`design_slot`); every attempt is stored, valid
+or rejected, with the validator's checks, and the designer's trajectory beside it. A slot left empty plays an
+earlier valid environment of its skill (`curriculum.reuse_valid_envs`), the one likeliest to give its group
+variance. With `curriculum.use_corpus = false`
 the designer gets no passage. Each design task carries `version` (the policy version the refresh's admission waited
 for) as `min_policy_version`: the worker designs on that version at least.
 Without a designer (`curriculum.design = false`) each refresh draws its environments without replacement from the
@@ -31,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
+import trio
 
 from engine.protocol.config import Config
 from engine.protocol.contract import code_fingerprint, env_class_name
@@ -233,44 +235,53 @@ class Designs:
             return self.fixed(step, skills)
         memory = list(self.store.memory())
         chosen: list[ActiveEnv | None] = [None] * len(skills)
-        requested = tokens = edits_requested = edits_valid = duplicates = edit_replies = 0
-        phases: dict[str, float] = {}
-        for attempt in range(1, c.design_attempts + 1):
-            open_slots = [i for i, env in enumerate(chosen) if env is None]
-            if not open_slots:
-                break
-            tasks = [self.task(step, i, skills[i], attempt, memory, version) for i in open_slots]
-            requested += len(tasks)
-            started = time.monotonic()
-            results = await run_tasks(f"step {step + 1}: designs (attempt {attempt})", tasks)
-            revalidating = time.monotonic()
-            for part, seconds in design_round_split(revalidating - started, results).items():
-                phases[part] = phases.get(part, 0.0) + seconds
-            results = await revalidate_designs(self.config, tasks, results, run_tasks)  # engine/revalidate.py
-            phases["revalidation"] = phases.get("revalidation", 0.0) + time.monotonic() - revalidating
-            with self.store.batch() as batch:
-                for slot, task, result in zip(open_slots, tasks, results):
-                    edits_requested += task.parent is not None
-                    if isinstance(result, DesignResult) and result.valid and task.parent is not None:
-                        if copied := self.duplicate_of(result.code, task, memory):
-                            result = duplicate(result, copied)
-                            duplicates += 1
-                    record = design_record(task, result)
-                    batch.put_environment(record)
-                    if isinstance(result, DesignResult):
-                        tokens += result.tokens_generated
-                        edit_replies += result.draws if task.parent is not None else 0
-                        batch.put_trajectory(designer_trajectory(task, result))
-                    if record.valid:
-                        chosen[slot] = ActiveEnv.of(record, designed_now=True)
-                        edits_valid += task.parent is not None
-        valid = sum(1 for env in chosen if env is not None)
+        tally = RefreshResult(active=[], requested=0, valid=0, tokens=0)
+        first = [self.task(step, slot, skill, 1, memory, version) for slot, skill in enumerate(skills)]  # in slot order
+        async with trio.open_nursery() as nursery:
+            for slot, task in enumerate(first):
+                nursery.start_soon(self.design_slot, slot, task, memory, version, run_tasks, chosen, tally)
+        tally.valid = sum(1 for env in chosen if env is not None)
         for i, env in enumerate(chosen):
             if env is None and c.reuse_valid_envs:
                 chosen[i] = self.reuse(skills[i], {e.env_id for e in chosen if e is not None})
-        return RefreshResult(active=[env for env in chosen if env is not None], requested=requested, valid=valid, tokens=tokens,
-                             edits_requested=edits_requested, edits_valid=edits_valid, duplicates=duplicates,
-                             edit_replies=edit_replies, phase_seconds=phases)
+        tally.active = [env for env in chosen if env is not None]
+        return tally
+
+    async def design_slot(self, slot: int, task: DesignTask, memory: list[MemoryRecord], version: int, run_tasks: RunTasks,
+                          chosen: list[ActiveEnv | None], tally: RefreshResult) -> None:
+        """One slot's attempts, one after another until one is valid (`chosen[slot]`), each counted in `tally`.
+        Every slot goes at its own pace, as in the reference (each game slot retries on its own, all slots
+        gathered): a slot whose first design failed early designs again while the others still generate, and
+        its validation overlaps their generation. `tally.phase_seconds` sums the slots' own times (they overlap;
+        the step account scales them to the refresh's wall time, engine/metrics/phases.py)."""
+        phases = tally.phase_seconds
+        for attempt in range(1, self.config.curriculum.design_attempts + 1):
+            if attempt > 1:
+                task = self.task(task.step, slot, task.skill, attempt, memory, version)
+            tally.requested += 1
+            started = time.monotonic()
+            [result] = await run_tasks(f"step {task.step + 1}: designs", [task])  # the slots share one progress count
+            revalidating = time.monotonic()
+            for part, seconds in design_round_split(revalidating - started, [result]).items():
+                phases[part] = phases.get(part, 0.0) + seconds
+            [result] = await revalidate_designs(self.config, [task], [result], run_tasks)  # engine/revalidate.py
+            phases["revalidation"] = phases.get("revalidation", 0.0) + time.monotonic() - revalidating
+            tally.edits_requested += task.parent is not None
+            if isinstance(result, DesignResult) and result.valid and task.parent is not None:
+                if copied := self.duplicate_of(result.code, task, memory):
+                    result = duplicate(result, copied)
+                    tally.duplicates += 1
+            record = design_record(task, result)
+            with self.store.batch() as batch:
+                batch.put_environment(record)
+                if isinstance(result, DesignResult):
+                    tally.tokens += result.tokens_generated
+                    tally.edit_replies += result.draws if task.parent is not None else 0
+                    batch.put_trajectory(designer_trajectory(task, result))
+            if record.valid:
+                chosen[slot] = ActiveEnv.of(record, designed_now=True)
+                tally.edits_valid += task.parent is not None
+                return
 
     def fixed(self, step: int, skills: list[str]) -> RefreshResult:
         """Without a designer: this refresh's draw from the fixed pool, stored as seed environments when new."""

@@ -6,10 +6,10 @@
     view.step_line(metrics_row)              # the permanent line of a finished step
     view.close()
 
-On a terminal the bars are: steps, designs (this refresh's attempt), validation (valid designs of all designs so
+On a terminal the bars are: steps, designs (this refresh's, done of sent), validation (valid designs of all designs so
 far), plays (this step's), learner update (the policy version against the one the batches sent will reach), each
 with its count, rate and elapsed time, under a line saying what the engine is doing. The engine's status texts
-drive them: `... designs (attempt A) D/N`, `... plays D/N`, `...: waiting for policy vT (learner at vL)`; any
+drive them: `... designs D/N`, `... plays D/N`, `...: waiting for policy vT (learner at vL)`; any
 other status is shown as the line. Off a terminal only the permanent lines are printed, as before.
 """
 
@@ -21,7 +21,7 @@ import time
 
 from engine.metrics.phases import biggest_phases
 
-_DESIGNS = re.compile(r"^(step \d+): designs \(attempt (\d+)\) (\d+)/(\d+)$")
+_DESIGNS = re.compile(r"^(step \d+): designs (\d+)/(\d+)$")
 _PLAYS = re.compile(r"^(step \d+): plays (\d+)/(\d+)$")
 _LEARNER = re.compile(r"waiting for policy v(\d+) \(learner at v(\d+)\)")
 
@@ -135,8 +135,8 @@ class _RichBars:
 
     def status(self, text: str) -> None:
         if m := _DESIGNS.search(text):
-            step, attempt, done, total = m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
-            self._set("designs", done, total, f"designs ({step}, attempt {attempt})", restart=done == 0)
+            step, done, total = m.group(1), int(m.group(2)), int(m.group(3))
+            self._set("designs", done, total, f"designs ({step})", restart=done == 0)
         elif m := _PLAYS.search(text):
             step, done, total = m.group(1), int(m.group(2)), int(m.group(3))
             self._set("plays", done, total, f"plays ({step})", restart=done == 0)

@@ -14,8 +14,9 @@ process, `begin`) to the moment s's goes out. The loop records spans of s as it 
   overlap the learner's own update and publish (the learner's `learner_update_s` and `learner_publish_s`, ending
   when its PolicyPublished arrived) are `learner_update` and `publish`;
 - the refresh (steps s % k == 0): `design` (generating designs), `validation` (the sandboxed checks of a design),
-  `hint` (writing hints), each the design rounds' wall time split by what the design tasks report of themselves
+  `hint` (writing hints), each a design attempt's wall time split by what its task reports of itself
   (actors/designer.py), `revalidation` (engine/revalidate.py), and the waits of its tasks for a new policy version;
+  the slots design at once, so their times are summed and scaled to the refresh's wall time (`close`);
 - `plays`: the step's episodes; of them `worker_reload`: the longest wait of a play for its policy version to load;
 - `engine`: everything else on the loop: the refresh's store writes, the batch, rewards, the metrics row.
 The phases sum to the step's wall time up to the moments between spans (tests/engine/metrics/test_phases.py and
@@ -39,7 +40,7 @@ REFRESH_PARTS = ("design", "validation", "hint", "revalidation", "worker_reload"
 
 
 def design_round_split(wall: float, results) -> dict[str, float]:
-    """A design round's wall time by part, from its results' own `seconds`, `validate_s`, `hint_s` and
+    """A design attempt's (or round's) wall time by part, from its results' own `seconds`, `validate_s`, `hint_s` and
     `policy_wait_s` (failed tasks report none): the longest policy wait is the reload, the rest is split in
     proportion to the generation, validation and hint time the tasks report."""
     timed = [r for r in results if hasattr(r, "validate_s")]

@@ -89,7 +89,8 @@ class Hub:
         self.result_gate = ResultGate.for_run(config, paths, view.line)  # checks every worker result (vocab_size read once)
         self.message_budget = MessageBudget(config.worker.max_messages_per_s, config.worker.message_burst)  # per peer
         self.policy_server: PolicyServer | None = None
-        self._progress = {"label": "", "done": 0, "total": 0}
+        self._progress: dict[str, dict] = {}  # task id -> the progress of its label's run_tasks calls
+        self._labels: dict[str, dict] = {}  # label -> its progress while calls under it run
 
     # ------------------------------------------------------------------ workers
     async def _receive_workers(self) -> None:
@@ -183,18 +184,32 @@ class Hub:
                                f"{'; '.join(open_to) or 'nothing'}); install bubblewrap for full isolation")
 
     def _on_result(self, result) -> None:
-        self._progress["done"] += 1
-        p = self._progress
-        self.view.status(f"{p['label']} {p['done']}/{p['total']}")
+        p = self._progress.pop(result.task_id, None)
+        if p is not None:
+            p["done"] += 1
+            self.view.status(f"{p['label']} {p['done']}/{p['total']}")
 
     async def run_tasks(self, label: str, tasks: list) -> list:
-        self._progress = {"label": label, "done": 0, "total": len(tasks)}
-        self.view.status(f"{label} 0/{len(tasks)}")
+        """`tasks` done by the workers, their results in order. Calls under one label that overlap (a refresh's
+        slots, engine/refresh.py) share one progress count, `label done/sent`."""
+        progress = self._labels.setdefault(label, {"label": label, "done": 0, "total": 0, "calls": 0})
+        progress["total"] += len(tasks)
+        progress["calls"] += 1
+        self._progress.update((task.task_id, progress) for task in tasks)
+        self.view.status(f"{label} {progress['done']}/{progress['total']}")
         started = time.monotonic()
-        results = await self.dispatcher.run_tasks(tasks)
+        try:
+            results = await self.dispatcher.run_tasks(tasks)
+        finally:
+            for task in tasks:
+                self._progress.pop(task.task_id, None)
+            progress["calls"] -= 1
+            if not progress["calls"]:
+                del self._labels[label]
         if not self.view.live:
             failed = sum(1 for r in results if isinstance(r, TaskFailed))
-            self.view.line(f"{label}: {len(results)} done in {time.monotonic() - started:.0f} s" + (f" ({failed} failed)" if failed else ""))
+            what = f"{label}: {tasks[0].task_id}" if len(tasks) == 1 else f"{label}: {len(results)}"
+            self.view.line(f"{what} done in {time.monotonic() - started:.0f} s" + (f" ({failed} failed)" if failed else ""))
         return results
 
     # ------------------------------------------------------------------ learner

@@ -2,9 +2,10 @@
 
 import msgspec
 import trio
+import trio.testing
 
 from engine.protocol.config_loading import load_config
-from engine.curriculum import SeedEnvironment
+from engine.curriculum import Passage, PassageSampler, SeedEnvironment
 from engine.protocol.messages import DesignTask, TaskFailed
 from engine.refresh import design_id, design_record, designer_trajectory
 from storage.records import EnvironmentRecord, MemoryRecord
@@ -152,18 +153,27 @@ def test_refresh_retries_only_the_failed_slots_and_stores_every_attempt(tmp_path
     designs, store = _stored(tmp_path)
     workers = Workers(VERDICTS)
     result = _refresh(designs, workers)
-    assert [label for label, _ in workers.calls] == [f"step 3: designs (attempt {a})" for a in (1, 2, 3)]
-    assert workers.task_ids() == [
-        ["s0002-e00-a1", "s0002-e01-a1", "s0002-e02-a1"],
-        ["s0002-e01-a2", "s0002-e02-a2"],
-        ["s0002-e01-a3", "s0002-e02-a3"],
-    ]
-    tasks = [t for _, batch in workers.calls for t in batch]
+    # one task a call, each slot's attempts in order (the slots go at their own pace: their order among each other is
+    # the scheduler's)
+    assert all(len(batch) == 1 for _, batch in workers.calls)
+    by_slot = {}
+    for label, [task] in workers.calls:
+        assert label == "step 3: designs"
+        by_slot.setdefault(task.task_id[6:9], []).append(task)
+    assert {slot: [t.task_id for t in tasks] for slot, tasks in by_slot.items()} == {
+        "e00": ["s0002-e00-a1"],
+        "e01": ["s0002-e01-a1", "s0002-e01-a2", "s0002-e01-a3"],
+        "e02": ["s0002-e02-a1", "s0002-e02-a2", "s0002-e02-a3"],
+    }
+    tasks = [t for slot in sorted(by_slot) for t in by_slot[slot]]
     # slots take the active skills round-robin; every task, a retry included, is grounded on a fresh passage
     assert [(t.task_id[6:9], t.skill, t.step, t.attempt) for t in tasks] == [
-        ("e00", "A", 2, 1), ("e01", "B", 2, 1), ("e02", "A", 2, 1), ("e01", "B", 2, 2), ("e02", "A", 2, 2),
-        ("e01", "B", 2, 3), ("e02", "A", 2, 3)]
+        ("e00", "A", 2, 1), ("e01", "B", 2, 1), ("e01", "B", 2, 2), ("e01", "B", 2, 3),
+        ("e02", "A", 2, 1), ("e02", "A", 2, 2), ("e02", "A", 2, 3)]
     assert len({t.passage_id for t in tasks}) == 7
+    # the first attempts are made in slot order, so their passages do not depend on the scheduler
+    same_sampler = PassageSampler([Passage(f"p{i}", "") for i in range(20)], seed=0)  # as make_designs builds it
+    assert [by_slot[slot][0].passage_id for slot in ("e00", "e01", "e02")] == [same_sampler.sample().passage_id for _ in range(3)]
     # the memory's examples are of the task's own skill
     assert all([e.name for e in t.examples] == (["AlphaEnv"] if t.skill == "A" else ["BetaEnv"]) for t in tasks)
 
@@ -188,6 +198,36 @@ def test_refresh_retries_only_the_failed_slots_and_stores_every_attempt(tmp_path
     store.close()
 
 
+class SlowWorkers(Workers):
+    """Scripted workers whose tasks take `seconds[task_id]` (default 1) of trio's clock; records when each is sent."""
+
+    def __init__(self, verdicts, seconds):
+        super().__init__(verdicts)
+        self.seconds = seconds
+        self.sent = {}
+
+    async def __call__(self, label, tasks):
+        for task in tasks:
+            self.sent[task.task_id] = trio.current_time()
+        await trio.sleep(max(self.seconds.get(t.task_id, 1.0) for t in tasks))
+        return await super().__call__(label, tasks)
+
+
+def test_a_slot_retries_at_once_without_waiting_for_the_other_slots(tmp_path):
+    """Slot 0's first design takes 100 s; slot 1's fails after 1 s and its second attempt goes out then, not after
+    slot 0's: the refresh takes slot 0's 100 s, not 100 s + a second round."""
+    designs, store = _stored(tmp_path)
+    workers = SlowWorkers({"s0002-e00-a1": "valid", "s0002-e01-a2": "valid", "s0002-e02-a1": "valid"},
+                          {"s0002-e00-a1": 100.0})
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    result = trio.run(designs.refresh, 2, workers, clock=clock)
+    assert workers.sent == {"s0002-e00-a1": 0.0, "s0002-e01-a1": 0.0, "s0002-e02-a1": 0.0, "s0002-e01-a2": 1.0}
+    assert clock.current_time() == 100.0
+    assert [e.env_id for e in result.active] == ["s0002-e00-a1", "s0002-e01-a2", "s0002-e02-a1"]
+    assert (result.requested, result.valid) == (4, 3)
+    store.close()
+
+
 def test_every_design_task_carries_the_version_it_may_start_on(tmp_path):
     designs, store = _stored(tmp_path)
     workers = Workers(VERDICTS)
@@ -206,7 +246,7 @@ def test_refresh_stops_once_every_slot_is_filled(tmp_path):
     designs, store = _stored(tmp_path)
     workers = Workers(default="valid")
     result = _refresh(designs, workers, step=0)
-    assert workers.task_ids() == [["s0000-e00-a1", "s0000-e01-a1", "s0000-e02-a1"]]
+    assert sorted(workers.task_ids()) == [["s0000-e00-a1"], ["s0000-e01-a1"], ["s0000-e02-a1"]]
     assert (result.requested, result.valid, result.tokens) == (3, 3, 300)
     assert [(e.env_id, e.designed_now) for e in result.active] == [
         ("s0000-e00-a1", True), ("s0000-e01-a1", True), ("s0000-e02-a1", True)]

@@ -65,8 +65,13 @@ def test_refresh_plays_only_what_the_revalidation_confirmed(tmp_path):
         return [_answer(t, "w2", not t.env_id.startswith("s0002-e01-a1")) for t in tasks]
 
     result = trio.run(designs.refresh, 2, run_tasks)
-    assert [label for label, _ in workers.calls] == [
-        "step 3: designs (attempt 1)", "step 3: revalidating 2 designs", "step 3: designs (attempt 2)", "step 3: revalidating 1 design"]
+    sent = [(label, task.task_id) for label, tasks in workers.calls for task in tasks]
+    for slot in ("e00", "e01"):  # each slot's own order: a design, its revalidation, then (refuted) the next attempt
+        assert [x for x in sent if f"-{slot}-" in x[1]] == {
+            "e00": [("step 3: designs", "s0002-e00-a1"), ("step 3: revalidating 1 design", "s0002-e00-a1-revalidate")],
+            "e01": [("step 3: designs", "s0002-e01-a1"), ("step 3: revalidating 1 design", "s0002-e01-a1-revalidate"),
+                    ("step 3: designs", "s0002-e01-a2"), ("step 3: revalidating 1 design", "s0002-e01-a2-revalidate")],
+        }[slot]
     assert [e.env_id for e in result.active] == ["s0002-e00-a1", "s0002-e01-a2"] and result.valid == 2
     refuted = store.environment("s0002-e01-a1")
     assert not refuted.valid and refuted.reason.startswith("revalidation by w2")

@@ -36,14 +36,14 @@ def test_a_row_without_the_curriculum_metrics_still_prints():
 def test_on_a_terminal_each_phase_has_a_bar_with_counts():
     out = io.StringIO()
     view = LiveView(3, stream=out, enabled=True)
-    view.status("step 1: designs (attempt 1) 2/3")
+    view.status("step 1: designs 2/3")
     view.status("step 1: plays 5/12")
     view.status("step 2: waiting for policy v1 (learner at v0)")
     view.line("worker w0 joined")
     view.step_line(ROW)
     view.close()
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
-    assert "designs (step 1, attempt 1)" in text and "2/3" in text
+    assert "designs (step 1)" in text and "2/3" in text
     assert "plays (step 1)" in text and "5/12" in text
     assert "learner update (versions)" in text and "0/1" in text
     assert "validation (valid designs)" in text and "pass 67%" in text
