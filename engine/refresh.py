@@ -11,9 +11,9 @@ is rejected as a duplicate, and a valid edit is stored with its `parent_id`. A f
 passage (`curriculum.design_attempts`), each slot at its own pace (`design_slot`); every attempt is stored, valid
 or rejected, with the validator's checks, and the designer's trajectory beside it. A slot left empty plays an
 earlier valid environment of its skill (`curriculum.reuse_valid_envs`), the one likeliest to give its group
-variance. With `curriculum.use_corpus = false`
-the designer gets no passage. Each design task carries `version` (the policy version the refresh's admission waited
-for) as `min_policy_version`: the worker designs on that version at least.
+variance. With `curriculum.use_corpus = false` the designer gets no passage. Each design task carries `version`
+(the policy version the refresh's admission waited for) as `min_policy_version`: the worker designs on that
+version at least.
 Without a designer (`curriculum.design = false`) each refresh draws its environments without replacement from the
 fixed pool (`curriculum.fixed_envs`, or the seeds; engine/curriculum.py `pool_draw`).
 

@@ -39,6 +39,7 @@ from actors.evaluation.paired import compare, comparison_markdown  # noqa: E402
 SEEDS = REPO / "engine" / "protocol" / "data" / "seeds"
 SPADE = REPO / "bin" / "spade-engine"
 TARGET = 0.0
+INITIAL = "@initial"  # `RUN_DIR@initial` is the run's initial model to eval; its probe rows' label ends so
 PROBE_LEVELS = ("easy", "medium")  # the hard seeds are near 0 for the 135M model: they would only add noise
 
 
@@ -82,13 +83,12 @@ def _play_settings(run_dir: Path) -> dict:
     return config["play"]
 
 
-def _probe(out: Path, runs: dict[str, Path], episodes: int, settings: list[str]) -> tuple[list[dict], str, list[tuple[str, str]]]:
-    folder = _probe_folder(out)
+def _probe(out: Path, folder: Path, runs: dict[str, Path], episodes: int, settings: list[str]) -> tuple[list[dict], str, list[tuple[str, str]]]:
     play = _play_settings(runs["SPADE"])
     for name, run_dir in runs.items():
         if _play_settings(run_dir) != play:
             sys.exit(f"the runs played with different [play] settings ({name}): they cannot share one probe")
-    models = [f"{runs['SPADE']}@initial", *(str(p) for p in runs.values())]
+    models = [f"{runs['SPADE']}{INITIAL}", *(str(p) for p in runs.values())]
     command = [str(SPADE), "eval", *models, "--suite", "envs", "--file", str(folder), "--episodes", str(episodes),
                "--turns", str(play["max_turns"]), "--max-tokens", str(play["agent_max_tokens"]),
                "--temperature", str(play["agent_temperature"]), "--out", str(out / "probe"), "--json"]
@@ -103,9 +103,6 @@ def _probe(out: Path, runs: dict[str, Path], episodes: int, settings: list[str])
     labels = ["initial", *runs]
     rows = [json.loads(line) for line in (out / "probe" / "results.jsonl").read_text().splitlines() if line.strip()]
     return rows, table["suite"], list(zip(table["model_ids"], labels))
-
-
-INITIAL = "@initial"  # the initial model's probe label ends so (the SPADE run's folder name, then @initial)
 
 
 def reuse_initial(source: Path, out: Path) -> int:
@@ -162,11 +159,11 @@ def main() -> None:
     _run("SPADE", runs["SPADE"], args.minutes, "", args.set)
     if "fixed" in runs:
         _run("fixed pool", runs["fixed"], args.minutes, "fixed-envs", args.set)
+    folder = _probe_folder(out)
     if args.reuse_initial:
-        _probe_folder(out)
         added = reuse_initial(Path(args.reuse_initial).resolve(), out)
         _log(f"probe: {added} episodes of the initial model copied from {args.reuse_initial}")
-    rows, suite, models = _probe(out, runs, args.episodes, args.set)
+    rows, suite, models = _probe(out, folder, runs, args.episodes, args.set)
     pairs = [("SPADE", "initial")] + ([("fixed", "initial"), ("SPADE", "fixed")] if "fixed" in runs else [])
     comparison = compare(rows, suite, models, pairs)
     title = f"SPADE against the initial model, {args.minutes:g} min" if args.spade_only else \
