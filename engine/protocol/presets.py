@@ -65,6 +65,7 @@ PAPER = {
     },
     "learner": {
         "learning_rate": 1e-6, "weight_decay": 0.1, "betas": [0.9, 0.98], "lr_schedule": "constant",
+        "lora_rank": 0,  # full-parameter training
         "warmup_steps": 0, "loss_aggregation": "sample_mean", "designer_weight": 1.0, "agent_weight": 1.0,
         "micro_batch_tokens": 32768,  # a whole 32k-token episode fits one micro-batch (longer samples are refused)
         "objective": {"name": "tis", "clip_low": 0.2, "clip_high": 0.28, "tis_cap": 2.0, "seq_filter": False,

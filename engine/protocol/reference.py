@@ -75,6 +75,7 @@ REFERENCE: dict[str, tuple[object, str]] = {
     "reward.designer_advantage": ("centred", "§6 per-skill mean-centering, no std"),
     "reward.train_designer": (True, "§11 only the ablation freezes it"),
     "learner.learning_rate": (1e-6, "§9"),
+    "learner.lora_rank": (0, "§9 full-parameter Megatron training, no adapter"),
     "learner.weight_decay": (0.1, "§9"),
     "learner.betas": ([0.9, 0.98], "§9"),
     "learner.lr_schedule": ("constant", "§9"),

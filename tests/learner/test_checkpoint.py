@@ -12,7 +12,7 @@ from learner.trainer import Trainer
 from tests.learner.learner_helpers import random_batch, resume_matches_an_uninterrupted_run
 
 # AdamW with a cosine schedule after warm-up, 2 optimizer steps per batch (so pi_prox is recomputed too).
-CONFIG = LearnerConfig(learning_rate=1e-3, lr_schedule="cosine", warmup_steps=1, total_steps=8, mini_batches=2, micro_batch_tokens=32)
+CONFIG = LearnerConfig(lora_rank=0, learning_rate=1e-3, lr_schedule="cosine", warmup_steps=1, total_steps=8, mini_batches=2, micro_batch_tokens=32)
 
 
 def test_resume_is_bit_for_bit(tiny_model_path, tmp_path):
@@ -45,7 +45,7 @@ def test_learner_resumes_from_latest_at_start(tiny_model_path, tmp_path):
     paths = RunPaths(tmp_path / "run")
     paths.policy.mkdir(parents=True)
     paths.checkpoints.mkdir(parents=True)
-    config = Config(learner=LearnerConfig(learning_rate=1e-3, checkpoint_every=2))
+    config = Config(learner=LearnerConfig(lora_rank=0, learning_rate=1e-3, checkpoint_every=2))
     trainer = Trainer(tiny_model_path, config.learner)
     assert resume(trainer, paths, tiny_model_path) == tiny_model_path  # nothing to resume from yet
     apply_batch(trainer, paths, config, TrainBatch(step=0, samples=random_batch(1), checkpoint=False))

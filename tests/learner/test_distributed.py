@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 # first step moves every weight by about lr * sign(g), which magnifies float round-off where g is ~0 to ~2% of
 # lr: lr = 1e-5 keeps that below the 1e-6 tolerance while every weight still moves by ~1e-5. The gradient
 # itself is compared through grad_norm (an averaging instead of summing over ranks would halve it).
-CONFIG = LearnerConfig(learning_rate=1e-5, micro_batch_tokens=24, objective=ObjectiveConfig(kl_coef=0.05), device="cpu")
+CONFIG = LearnerConfig(lora_rank=0, learning_rate=1e-5, micro_batch_tokens=24, objective=ObjectiveConfig(kl_coef=0.05), device="cpu")
 
 
 def make_samples(seed: int = 0) -> list[Sample]:
@@ -151,7 +151,7 @@ def test_learner_process_under_torchrun_serves_the_engine_and_resumes(tiny_model
     """`learner_command` with world_size 2: hello, one batch (checkpointed), shutdown; a restart resumes."""
     paths = RunPaths(tmp_path / "run")
     paths.root.mkdir()
-    learner = LearnerConfig(world_size=2, device="cpu", threads=1, learning_rate=1e-4, mini_batches=2, micro_batch_tokens=24)
+    learner = LearnerConfig(lora_rank=0, world_size=2, device="cpu", threads=1, learning_rate=1e-4, mini_batches=2, micro_batch_tokens=24)
     config = Config(learner=learner, play=PlayConfig(max_context_tokens=24))  # a micro-batch holds the longest episode
     check_config(config)  # as the learner process will when it reads config.toml
     paths.config.write_text(dump_config(config))

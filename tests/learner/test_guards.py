@@ -26,7 +26,7 @@ def _unchanged(before, trainer) -> bool:
 
 @pytest.fixture
 def trainer(tiny_model_path):
-    return Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2, micro_batch_tokens=64))
+    return Trainer(tiny_model_path, LearnerConfig(lora_rank=0, learning_rate=1e-2, micro_batch_tokens=64))
 
 
 GOOD = [make_sample("agent", [5, 6, 7, 8, 9], 1.0, "a1"), make_sample("agent", [5, 6, 10, 11], -1.0, "a2")]
@@ -65,7 +65,7 @@ def test_a_non_finite_loss_skips_the_step_and_says_so(trainer, capsys):
 
 
 def test_only_the_mini_batch_with_the_bad_sample_is_skipped(tiny_model_path):
-    trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2, micro_batch_tokens=64, mini_batches=2))
+    trainer = Trainer(tiny_model_path, LearnerConfig(lora_rank=0, learning_rate=1e-2, micro_batch_tokens=64, mini_batches=2))
     metrics = trainer.update([*GOOD, make_sample("agent", [5, 6, 7, 8], math.nan, "nan"), make_sample("agent", [5, 6, 12], 1.0, "a3")])
     assert metrics["skipped_nonfinite"] == 1.0 and metrics["optimizer_step"] == 1.0 and math.isfinite(metrics["loss"])
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())

@@ -37,7 +37,7 @@ def test_trainer_sees_zero_mismatch_on_its_own_samples(tiny_model_path):
         logprobs=pack_floats([0.0] * len(prompt) + generation.logprobs), versions=pack_ints([-1] * len(prompt) + [0] * n),
         reward=1.0, advantage=1.0, temperature=1.0,
     )
-    trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-3))
+    trainer = Trainer(tiny_model_path, LearnerConfig(lora_rank=0, learning_rate=1e-3))
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     metrics = trainer.update([sample])
     assert metrics["mismatch_k3"] < 1e-6

@@ -70,6 +70,6 @@ def test_lora_resume_is_bit_for_bit(tiny_model_path, tmp_path):
         expected = resumed.model(input_ids=tokens).logits
         assert torch.allclose(merged(input_ids=tokens).logits, expected, atol=1e-4)
 
-    full = Trainer(tiny_model_path, LearnerConfig())
+    full = Trainer(tiny_model_path, LearnerConfig(lora_rank=0))
     with pytest.raises(ValueError, match="is a checkpoint of a LoRA adapter, but learner.lora_rank is 0"):
         full.load_checkpoint(folder)

@@ -169,7 +169,7 @@ def test_aggregate_is_a_token_mean_per_role_then_a_weighted_sum():
 def test_bad_configuration_and_missing_reference_are_rejected():
     # The ranges are the config's checks (every one has a case in tests/engine/protocol/test_config.py).
     def check(**fields):
-        check_config(Config(learner=LearnerConfig(objective=ObjectiveConfig(**fields))))
+        check_config(Config(learner=LearnerConfig(lora_rank=0, objective=ObjectiveConfig(**fields))))
 
     with pytest.raises(ConfigError, match=r"^learner\.objective\.name must be one of decoupled_ppo, tis, icepop \(got 'gspo'\)$"):
         check(name="gspo")

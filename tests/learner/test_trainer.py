@@ -13,7 +13,7 @@ from engine.protocol.messages import pack_floats, pack_ints, pack_mask
 
 @pytest.mark.parametrize("objective", ["decoupled_ppo", "tis", "icepop"])
 def test_mixed_roles_update_and_publish(tiny_model_path, tmp_path, objective):
-    trainer = Trainer(tiny_model_path, LearnerConfig(objective=ObjectiveConfig(name=objective), learning_rate=1e-3, micro_batch_tokens=16))
+    trainer = Trainer(tiny_model_path, LearnerConfig(lora_rank=0, objective=ObjectiveConfig(name=objective), learning_rate=1e-3, micro_batch_tokens=16))
     samples = [
         make_sample("agent", [5, 6, 7, 8, 9], 1.0, "a1"),
         make_sample("agent", [5, 6, 10, 11], -1.0, "a2"),
@@ -32,7 +32,7 @@ def test_mixed_roles_update_and_publish(tiny_model_path, tmp_path, objective):
 
 
 def test_kl_to_reference_loads_a_frozen_copy(tiny_model_path):
-    trainer = Trainer(tiny_model_path, LearnerConfig(objective=ObjectiveConfig(kl_coef=0.1), learning_rate=1e-3))
+    trainer = Trainer(tiny_model_path, LearnerConfig(lora_rank=0, objective=ObjectiveConfig(kl_coef=0.1), learning_rate=1e-3))
     assert trainer.reference is not None and not any(p.requires_grad for p in trainer.reference.parameters())
     metrics = trainer.update([make_sample("agent", [5, 6, 7, 8], 1.0, "a")])
     assert metrics["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # before the step the policy is the reference
@@ -63,7 +63,7 @@ def _on_policy_samples(model_path, n=6):
 
 def test_mini_batches_reuse_the_proximal_logprobs_from_before_the_first_step(tiny_model_path):
     samples = _on_policy_samples(tiny_model_path)
-    trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=3e-2, mini_batches=3, micro_batch_tokens=24))
+    trainer = Trainer(tiny_model_path, LearnerConfig(lora_rank=0, learning_rate=3e-2, mini_batches=3, micro_batch_tokens=24))
     metrics = trainer.update(samples)
     assert metrics["optimizer_step"] == 3 and trainer.optimizer_steps == 3 and trainer.updates == 1
     # pi_prox / mu is 1 on every token only if pi_prox was computed before the first step ...
@@ -74,7 +74,7 @@ def test_mini_batches_reuse_the_proximal_logprobs_from_before_the_first_step(tin
 
 def test_one_mini_batch_is_plain_grpo_on_policy(tiny_model_path):
     samples = _on_policy_samples(tiny_model_path)
-    metrics = Trainer(tiny_model_path, LearnerConfig(learning_rate=3e-2)).update(samples)
+    metrics = Trainer(tiny_model_path, LearnerConfig(lora_rank=0, learning_rate=3e-2)).update(samples)
     assert metrics["optimizer_step"] == 1 and metrics["clip_fraction"] == 0.0 and metrics["masked_fraction"] == 0.0
     assert metrics["mismatch_k3"] < 1e-6
 
@@ -90,13 +90,13 @@ def test_one_mini_batch_is_plain_grpo_on_policy(tiny_model_path):
 def test_lr_schedules(schedule, expected):
     from learner.trainer import lr_factor
 
-    config = LearnerConfig(lr_schedule=schedule, warmup_steps=2, total_steps=6)
+    config = LearnerConfig(lora_rank=0, lr_schedule=schedule, warmup_steps=2, total_steps=6)
     assert [lr_factor(config, step) for step in range(7)] == pytest.approx(expected)  # step 6 is past the end
-    assert lr_factor(LearnerConfig(lr_schedule="cosine"), 10_000) == 1.0  # total_steps = 0: no decay
+    assert lr_factor(LearnerConfig(lora_rank=0, lr_schedule="cosine"), 10_000) == 1.0  # total_steps = 0: no decay
 
 
 def test_learning_rate_is_logged_per_update(tiny_model_path):
-    config = LearnerConfig(learning_rate=1e-3, lr_schedule="linear", warmup_steps=1, total_steps=3)
+    config = LearnerConfig(lora_rank=0, learning_rate=1e-3, lr_schedule="linear", warmup_steps=1, total_steps=3)
     trainer = Trainer(tiny_model_path, config)
     sample = make_sample("agent", [5, 6, 7, 8], 1.0, "a")
     assert [trainer.update([sample])["learning_rate"] for _ in range(3)] == pytest.approx([1e-3, 1e-3, 0.5e-3])
@@ -105,15 +105,15 @@ def test_learning_rate_is_logged_per_update(tiny_model_path):
 def test_bad_learner_config_is_named():
     """A hand-built LearnerConfig gets the config's own checks (engine.protocol.config_loading.check_learner) before any loading."""
     with pytest.raises(ConfigError, match=r"^learner.mini_batches must be at least 1 \(got 0\)$"):
-        Trainer("unused", LearnerConfig(mini_batches=0))
+        Trainer("unused", LearnerConfig(lora_rank=0, mini_batches=0))
     with pytest.raises(ConfigError, match=r"^learner.total_steps \(2\) must exceed learner.warmup_steps \(2\), or be 0 for no decay$"):
-        Trainer("unused", LearnerConfig(warmup_steps=2, total_steps=2))
+        Trainer("unused", LearnerConfig(lora_rank=0, warmup_steps=2, total_steps=2))
     with pytest.raises(ConfigError, match=r"^learner.objective.clip_low must be in \[0, 1\) \(got 1.5\)$"):
-        Trainer("unused", LearnerConfig(objective=ObjectiveConfig(clip_low=1.5)))
+        Trainer("unused", LearnerConfig(lora_rank=0, objective=ObjectiveConfig(clip_low=1.5)))
 
 
 def test_update_logs_what_the_issue_asks_for(tiny_model_path):
-    trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-3, micro_batch_tokens=16))
+    trainer = Trainer(tiny_model_path, LearnerConfig(lora_rank=0, learning_rate=1e-3, micro_batch_tokens=16))
     metrics = trainer.update([make_sample("agent", [5, 6, 7, 8, 9], 1.0, "a1"), make_sample("designer", [1, 2, 3, 4], -1.0, "d1")])
     for name in (
         "loss_agent", "loss_designer", "clip_fraction", "behaviour_weight_mean", "behaviour_weight_max", "masked_fraction",
@@ -129,7 +129,7 @@ def test_publish_replaces_a_version_left_by_an_interrupted_run(tiny_model_path, 
     left = tmp_path / "policy" / "v000001"
     left.mkdir(parents=True)
     (left / "partial.bin").write_bytes(b"old")
-    trainer = Trainer(tiny_model_path, LearnerConfig())
+    trainer = Trainer(tiny_model_path, LearnerConfig(lora_rank=0))
     folder = trainer.publish(tmp_path / "policy", keep=2)
     assert folder == left and (folder / "model.safetensors").exists() and not (folder / "partial.bin").exists()
     assert sorted(p.name for p in (tmp_path / "policy").iterdir()) == ["v000001"]
@@ -185,13 +185,13 @@ def test_the_paper_learner_is_a_per_sample_mean_over_both_roles(tiny_model_path)
 def test_a_zero_advantage_sample_still_gets_its_kl_gradient(tiny_model_path):
     """With kl_coef > 0 a zero-advantage sample runs: its k3 term to the reference has a gradient once the policy
     has moved (at the reference itself that gradient is 0)."""
-    trainer = Trainer(tiny_model_path, LearnerConfig(objective=ObjectiveConfig(kl_coef=0.5), learning_rate=1e-2))
+    trainer = Trainer(tiny_model_path, LearnerConfig(lora_rank=0, objective=ObjectiveConfig(kl_coef=0.5), learning_rate=1e-2))
     trainer.update([make_sample("agent", [5, 6, 7, 8, 9], 1.0, "move")])  # the policy leaves the reference
     metrics, grads = _gradients_of_one_update(trainer, [make_sample("agent", [5, 6, 10, 11, 12], 0.0, "zero")])
     assert metrics["trained_samples"] == 1 and metrics["zero_advantage_samples"] == 1
     assert metrics["kl_ref"] > 0 and metrics["grad_norm"] > 0
     assert any(float(g.abs().sum()) > 0 for g in grads.values())
-    without_kl = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-2)).update([make_sample("agent", [5, 6, 10, 11, 12], 0.0, "zero")])
+    without_kl = Trainer(tiny_model_path, LearnerConfig(lora_rank=0, learning_rate=1e-2)).update([make_sample("agent", [5, 6, 10, 11, 12], 0.0, "zero")])
     assert without_kl["trained_samples"] == 0 and without_kl["optimizer_step"] == 0  # no KL: nothing to train
 
 
@@ -199,7 +199,7 @@ def test_adamw_decays_matrices_and_embeddings_but_not_norms_or_biases(tiny_model
     """Megatron's groups (the reference's optimizer): weight decay off for biases and 1-D parameters."""
     from learner.trainer import param_groups
 
-    trainer = Trainer(tiny_model_path, LearnerConfig(weight_decay=0.1))
+    trainer = Trainer(tiny_model_path, LearnerConfig(lora_rank=0, weight_decay=0.1))
     decay, no_decay = trainer.optimizer.param_groups
     assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
     names = {id(p): n for n, p in trainer.model.named_parameters()}
@@ -219,7 +219,7 @@ def test_a_checkpoint_with_one_parameter_group_resumes_with_the_decay_groups(tin
     """A checkpoint written before the groups (one group, decay on everything) loads with norms undecayed."""
     import learner.trainer as trainer_module
 
-    config = LearnerConfig(learning_rate=1e-3, weight_decay=0.1, lr_schedule="linear", total_steps=10)
+    config = LearnerConfig(lora_rank=0, learning_rate=1e-3, weight_decay=0.1, lr_schedule="linear", total_steps=10)
     with monkeypatch.context() as patch:
         patch.setattr(trainer_module, "param_groups", lambda model, decay: [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": decay}])
         old = Trainer(tiny_model_path, config)
@@ -242,7 +242,7 @@ def _lagging(role, versions, advantage, sample_id):
 
 
 def test_staleness_is_logged_by_role_so_the_designers_lag_does_not_hide_in_the_mean(tiny_model_path):
-    trainer = Trainer(tiny_model_path, LearnerConfig(learning_rate=1e-3))
+    trainer = Trainer(tiny_model_path, LearnerConfig(lora_rank=0, learning_rate=1e-3))
     trainer.version = 6  # the version that trains this batch
     metrics = trainer.update([
         _lagging("agent", [6, 6, 5], 1.0, "a1"), _lagging("agent", [6, 6], -1.0, "a2"),
@@ -252,7 +252,7 @@ def test_staleness_is_logged_by_role_so_the_designers_lag_does_not_hide_in_the_m
     assert metrics["staleness_designer"] == 4.0 and metrics["staleness_designer_max"] == 4.0
     assert metrics["staleness"] == pytest.approx(17 / 9)  # the token mean over both roles, as before
     assert (metrics["staleness_0"], metrics["staleness_1"], metrics["staleness_4"]) == (4.0, 1.0, 4.0)
-    agent_only = Trainer(tiny_model_path, LearnerConfig()).update([_lagging("agent", [0, 0], 1.0, "a")])
+    agent_only = Trainer(tiny_model_path, LearnerConfig(lora_rank=0)).update([_lagging("agent", [0, 0], 1.0, "a")])
     assert (agent_only["staleness_designer"], agent_only["staleness_designer_max"]) == (0.0, 0.0)
 
 
@@ -264,7 +264,7 @@ def test_a_flushed_designer_batch_with_sample_norm_weighs_each_sample_as_a_norma
     samples = _on_policy_samples(tiny_model_path)  # p0, p2, p4 designer; p1, p3, p5 agent
     designers = [s for s in samples if s.role == "designer"]
     inside = [s if s.role == "designer" else msgspec.structs.replace(s, advantage=0.0) for s in samples]
-    config = LearnerConfig(learning_rate=1e-3, micro_batch_tokens=24)
+    config = LearnerConfig(lora_rank=0, learning_rate=1e-3, micro_batch_tokens=24)
     normal, normal_grads = _gradients_of_one_update(Trainer(tiny_model_path, config), inside)
     unscaled, _ = _gradients_of_one_update(Trainer(tiny_model_path, config), designers)
     trainer = Trainer(tiny_model_path, config)
