@@ -113,10 +113,15 @@ def _check_resumable(processes, run_dir: Path, steps: int) -> None:
 def _published_weights_are_finite(run_dir: Path) -> None:
     from safetensors.numpy import load_file
 
+    # the newest published version (with LoRA, the default, only adapter_model.safetensors) and the latest
+    # checkpoint (model.safetensors, and with LoRA the adapter in adapter/)
     folders = [max((run_dir / "policy").glob("v*")), (run_dir / "checkpoints" / "latest").resolve()]
     for folder in folders:
-        weights = load_file(str(folder / "model.safetensors"))
-        assert weights and all(np.isfinite(w).all() for w in weights.values()), folder
+        files = sorted(folder.rglob("*.safetensors"))
+        assert files, f"{folder} holds no weights"
+        for file in files:
+            weights = load_file(str(file))
+            assert weights and all(np.isfinite(w).all() for w in weights.values()), file
 
 
 def test_a_worker_that_sends_nan_and_out_of_range_tokens_changes_nothing_trained(tiny_model_path, tmp_path, processes):  # noqa: F811
