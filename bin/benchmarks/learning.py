@@ -1,7 +1,7 @@
 """Learning benchmark: does self-play move the model, and more than training on the fixed pool it starts from?
 
     bin/bench learning [--minutes 60] [--episodes 32] [--out runs/bench-learning] [--set SECTION.KEY=VALUE ...]
-                       [--spade-only] [--reuse-initial EARLIER_OUT]
+                       [--spade-only] [--reuse-initial EARLIER_OUT] [--reuse-spade EARLIER_OUT]
 
 Three steps, each skipped when its result is already in --out (so an interrupted bench resumes; a fresh --out
 repeats the experiment):
@@ -20,6 +20,11 @@ step 2 (half the time: SPADE against the initial model only; the fixed figures a
 EARLIER_OUT` copies the initial model's probe episodes from an earlier experiment instead of playing them again
 (about 10 minutes saved), when they were played on the same probe environments, by the same model and backend,
 with the same turn, token and temperature settings; anything else is an error that says what differs.
+`--reuse-spade EARLIER_OUT` takes the SPADE arm from an earlier experiment (or its saved copy, for example
+bin/benchmarks/results/learning-60): its probe episodes and the initial model's are copied, and only the fixed pool
+is run and probed (about 70 minutes instead of 150). It is refused, saying what differs, unless the probe
+environments are the same files, the fixed run's [learner] and [play] settings equal the earlier SPADE run's, and
+its base model has the same weights (`initial_model_sha256`, which learning.json records).
 """
 
 import argparse
@@ -83,12 +88,54 @@ def _play_settings(run_dir: Path) -> dict:
     return config["play"]
 
 
-def _probe(out: Path, folder: Path, runs: dict[str, Path], episodes: int, settings: list[str]) -> tuple[list[dict], str, list[tuple[str, str]]]:
-    play = _play_settings(runs["SPADE"])
+def model_sha256(run_dir: Path) -> str:
+    """The sha256 of the run's base model weights (its *.safetensors files in name order): the same model on
+    another machine, where its folder has another path, has the same digest."""
+    import hashlib
+
+    folder = Path(json.loads((run_dir / "run.json").read_text())["model_path"])
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        sys.exit(f"{folder} (the model of {run_dir}) holds no *.safetensors weights")
+    digest = hashlib.sha256()
+    for file in files:
+        with open(file, "rb") as handle:
+            while chunk := handle.read(1 << 22):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def probe_envs_sha256(folder: Path) -> dict[str, str]:
+    """Each probe environment file's sha256, by name (learning.json records them)."""
+    import hashlib
+
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _same_probe_envs(source: Path, out: Path, flag: str) -> None:
+    """The earlier experiment's probe environments (its probe-envs folder, else the digests its learning.json
+    records, as a saved copy holds) are this one's."""
+    summary = source / "learning.json"
+    if (source / "probe-envs").is_dir():
+        theirs = probe_envs_sha256(source / "probe-envs")
+    else:
+        theirs = json.loads(summary.read_text()).get("probe_envs_sha256", {}) if summary.is_file() else {}
+    for name, digest in probe_envs_sha256(out / "probe-envs").items():
+        if theirs.get(name) != digest:
+            sys.exit(f"{flag} {source}: its probe environment {name} differs from this one's (or is missing)")
+
+
+def _probe(out: Path, folder: Path, runs: dict[str, Path], episodes: int, settings: list[str],
+           reused: dict[str, str] | None = None) -> tuple[list[dict], str, list[tuple[str, str]]]:
+    """Play the probe with every model that `reused` (label -> model id, rows already in the results) lacks."""
+    reused = reused or {}
+    first = next(iter(runs.values()))
+    play = _play_settings(first)
     for name, run_dir in runs.items():
         if _play_settings(run_dir) != play:
             sys.exit(f"the runs played with different [play] settings ({name}): they cannot share one probe")
-    models = [f"{runs['SPADE']}{INITIAL}", *(str(p) for p in runs.values())]
+    labels = [label for label in ["initial", *runs] if label not in reused]
+    models = [f"{first}{INITIAL}" if label == "initial" else str(runs[label]) for label in labels]
     command = [str(SPADE), "eval", *models, "--suite", "envs", "--file", str(folder), "--episodes", str(episodes),
                "--turns", str(play["max_turns"]), "--max-tokens", str(play["agent_max_tokens"]),
                "--temperature", str(play["agent_temperature"]), "--out", str(out / "probe"), "--json"]
@@ -100,9 +147,10 @@ def _probe(out: Path, folder: Path, runs: dict[str, Path], episodes: int, settin
     if result.returncode != 0:
         sys.exit(f"the probe failed ({result.returncode})")
     table = json.loads(result.stdout)
-    labels = ["initial", *runs]
     rows = [json.loads(line) for line in (out / "probe" / "results.jsonl").read_text().splitlines() if line.strip()]
-    return rows, table["suite"], list(zip(table["model_ids"], labels))
+    played = dict(zip(labels, table["model_ids"]))
+    order = dict.fromkeys(["initial", "SPADE", *runs])  # the models' order in the table, each once
+    return rows, table["suite"], [(reused.get(label) or played[label], label) for label in order if label in reused or label in played]
 
 
 def reuse_initial(source: Path, out: Path) -> int:
@@ -112,10 +160,7 @@ def reuse_initial(source: Path, out: Path) -> int:
     rows_file = source / "probe" / "results.jsonl"
     if not rows_file.is_file():
         sys.exit(f"--reuse-initial {source}: no probe results there ({rows_file}); give an earlier bench's --out")
-    for name in sorted(p.name for p in (out / "probe-envs").iterdir()):
-        theirs = source / "probe-envs" / name
-        if not theirs.is_file() or theirs.read_bytes() != (out / "probe-envs" / name).read_bytes():
-            sys.exit(f"--reuse-initial {source}: its probe environment {name} differs from this one's (or is missing)")
+    _same_probe_envs(source, out, "--reuse-initial")
     mine, theirs = _play_settings(out / "spade"), _play_settings(source / "spade")
     for key in ("max_turns", "agent_max_tokens", "agent_temperature"):
         if mine.get(key) != theirs.get(key):
@@ -142,6 +187,57 @@ def reuse_initial(source: Path, out: Path) -> int:
     return added
 
 
+def reuse_spade(source: Path, out: Path, minutes: float) -> dict[str, str]:
+    """Copy the earlier experiment's (`source`) probe rows of the initial model and its SPADE arm into `out`'s probe
+    results (their suite renamed to `out`'s probe folder); returns {label: model id} for both. SystemExit, saying
+    what differs, unless `source` holds such an experiment played on the same probe environments, with the fixed
+    run's (`out`/fixed) [learner] and [play] settings, from the same base model weights."""
+    flag = "--reuse-spade"
+    summary_file, rows_file = source / "learning.json", source / "probe" / "results.jsonl"
+    if not summary_file.is_file() or not rows_file.is_file():
+        sys.exit(f"{flag} {source}: no finished experiment there (it needs learning.json and probe/results.jsonl)")
+    summary = json.loads(summary_file.read_text())
+    ids = {m["label"]: m["model"] for m in summary.get("models", [])}
+    if "initial" not in ids or "SPADE" not in ids:
+        sys.exit(f"{flag} {source}: its learning.json names no initial model and SPADE arm")
+    _same_probe_envs(source, out, flag)
+    argv = json.loads((source / "spade" / "run.json").read_text()).get("argv", [])
+    theirs_minutes = float(argv[argv.index("--minutes") + 1]) if "--minutes" in argv[:-1] else None
+    if theirs_minutes != minutes:
+        sys.exit(f"{flag} {source}: its SPADE arm ran for {theirs_minutes} minutes, this bench's budget is {minutes:g}: "
+                 "give the same --minutes")
+    theirs = tomllib.loads((source / "spade" / "config.toml").read_text())
+    mine = tomllib.loads((out / "fixed" / "config.toml").read_text())
+    for section in ("learner", "play"):
+        for key in sorted(set(theirs.get(section, {})) | set(mine.get(section, {}))):
+            if theirs.get(section, {}).get(key) != mine.get(section, {}).get(key):
+                sys.exit(f"{flag} {source}: its SPADE arm ran with {section}.{key} = {theirs.get(section, {}).get(key)!r}, "
+                         f"the fixed pool here with {mine.get(section, {}).get(key)!r}: the arms must share [learner] and "
+                         "[play] (run both arms: drop --reuse-spade)")
+    digest = model_sha256(out / "fixed")
+    if summary.get("initial_model_sha256") != digest:
+        sys.exit(f"{flag} {source}: its base model's weights (sha256 {summary.get('initial_model_sha256')}) are not this "
+                 f"run's ({digest}): run both arms (drop --reuse-spade)")
+    from actors.evaluation.results import ResultsFile, row_key
+
+    results = ResultsFile(out / "probe" / "results.jsonl")
+    suite = f"envs:{out / 'probe-envs'}"
+    try:
+        for row in ResultsFile(rows_file).rows.values():
+            if row["model"] in (ids["initial"], ids["SPADE"]) and row["suite"] == summary["suite"]:
+                row = dict(row, suite=suite)
+                if not results.done(row_key(row)):
+                    results.add(row)
+    finally:
+        results.close()
+    return {"initial": ids["initial"], "SPADE": ids["SPADE"]}
+
+
+def _commit() -> str:
+    result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else "unknown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="each run's wall-clock budget (up --minutes)")
@@ -150,26 +246,40 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="a config value for both runs")
     parser.add_argument("--spade-only", action="store_true", help="no fixed-pool run: SPADE against the initial model")
     parser.add_argument("--reuse-initial", metavar="EARLIER_OUT", help="copy the initial model's probe from an earlier bench's --out")
+    parser.add_argument("--reuse-spade", metavar="EARLIER_OUT", help="take the SPADE arm and the initial model's probe from an earlier bench's --out; run only the fixed pool")
     args = parser.parse_args()
     if args.minutes <= 0 or args.episodes < 1:
         sys.exit("--minutes must be above 0 and --episodes at least 1")
+    if args.reuse_spade and (args.spade_only or args.reuse_initial):
+        sys.exit("--reuse-spade takes the SPADE arm and the initial model's probe from EARLIER_OUT: drop --spade-only and --reuse-initial")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    runs = {"SPADE": out / "spade"} if args.spade_only else {"SPADE": out / "spade", "fixed": out / "fixed"}
-    _run("SPADE", runs["SPADE"], args.minutes, "", args.set)
+    if args.reuse_spade:
+        runs = {"fixed": out / "fixed"}
+    else:
+        runs = {"SPADE": out / "spade"} if args.spade_only else {"SPADE": out / "spade", "fixed": out / "fixed"}
+        _run("SPADE", runs["SPADE"], args.minutes, "", args.set)
     if "fixed" in runs:
         _run("fixed pool", runs["fixed"], args.minutes, "fixed-envs", args.set)
     folder = _probe_folder(out)
+    reused = {}
     if args.reuse_initial:
         added = reuse_initial(Path(args.reuse_initial).resolve(), out)
         _log(f"probe: {added} episodes of the initial model copied from {args.reuse_initial}")
-    rows, suite, models = _probe(out, folder, runs, args.episodes, args.set)
+    if args.reuse_spade:
+        reused = reuse_spade(Path(args.reuse_spade).resolve(), out, args.minutes)
+        _log(f"probe: the initial model's and SPADE's episodes copied from {args.reuse_spade}")
+    rows, suite, models = _probe(out, folder, runs, args.episodes, args.set, reused)
     pairs = [("SPADE", "initial")] + ([("fixed", "initial"), ("SPADE", "fixed")] if "fixed" in runs else [])
     comparison = compare(rows, suite, models, pairs)
+    comparison.update(initial_model_sha256=model_sha256(next(iter(runs.values()))), probe_envs_sha256=probe_envs_sha256(folder), commit=_commit(),
+                      settings=args.set, minutes=args.minutes, reused_spade=args.reuse_spade)
     title = f"SPADE against the initial model, {args.minutes:g} min" if args.spade_only else \
         f"SPADE against the fixed pool, {args.minutes:g} min each"
+    reuse_line = f"; SPADE's arm and the initial model's probe from {args.reuse_spade}" if args.reuse_spade else ""
     text = (f"# Learning: {title}\n\n" + comparison_markdown(comparison)
-            + f"\n\nsettings: {' '.join(args.set) or 'the default'}; probe: {args.episodes} episodes per environment\n")
+            + f"\n\nsettings: {' '.join(args.set) or 'the default'}; probe: {args.episodes} episodes per environment"
+            + f"{reuse_line}; commit {comparison['commit']}\n")
     (out / "learning.md").write_text(text)
     (out / "learning.json").write_text(json.dumps(comparison, indent=1) + "\n")
     for run_dir in runs.values():
@@ -189,7 +299,7 @@ def main() -> None:
         "win_rate_initial": round(rates["initial"]["win_rate"], 4), "win_rate_spade": round(rates["SPADE"]["win_rate"], 4),
         "win_rate_fixed": round(rates["fixed"]["win_rate"], 4) if "fixed" in rates else None,
         "spade_rise_points": points(diffs["SPADE-initial"]), "fixed_rise_points": points(diffs.get("fixed-initial")),
-        "spade_minus_fixed_points": points(diffs.get("SPADE-fixed")), "settings": args.set, "out": str(out),
+        "spade_minus_fixed_points": points(diffs.get("SPADE-fixed")), "settings": args.set, "reused_spade": args.reuse_spade, "out": str(out),
     }))
 
 

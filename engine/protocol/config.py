@@ -141,7 +141,7 @@ class ObjectiveConfig(Section, frozen=True, kw_only=True):
 
 
 class LearnerConfig(Section):
-    learning_rate: float = 2e-4  # AdamW's peak learning rate (after warm-up); the default trains a LoRA adapter
+    learning_rate: float = 5e-5  # AdamW's peak learning rate (after warm-up); with a LoRA adapter, 2e-4 moves it about as far
     weight_decay: float = 0.1  # AdamW's decoupled weight decay
     betas: list[float] = msgspec.field(default_factory=lambda: [0.9, 0.98])  # AdamW's (beta1, beta2)
     # The policy-gradient objective and its corrections: the [learner.objective] table (learner/objectives.py).
@@ -168,8 +168,8 @@ class LearnerConfig(Section):
     world_size: int = 1  # learner processes (one per GPU); > 1 runs the learner under torchrun with FSDP2
     device: Literal["auto", "cuda", "cpu"] = "auto"  # auto: cuda (nccl, bf16 autocast) when available, else cpu (gloo, fp32)
     gpus: list[int] = msgspec.field(default_factory=list)  # GPUs that train (rank r on gpus[r], world_size of them); empty: 0..N-1
-    lora_rank: int = 16  # > 0: train a LoRA adapter of this rank (peft) and publish only the adapter; 0: full fine-tuning
-    lora_alpha: float = 32.0  # LoRA scaling: the update is (lora_alpha / lora_rank) * B @ A
+    lora_rank: int = 0  # > 0: train a LoRA adapter of this rank (peft) and publish only the adapter; 0: full fine-tuning
+    lora_alpha: float = 16.0  # LoRA scaling: the update is (lora_alpha / lora_rank) * B @ A
     lora_dropout: float = 0.0  # dropout on the LoRA branch's input while training
     lora_targets: list[str] = msgspec.field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])  # module names that get an adapter
 

@@ -251,9 +251,9 @@ def check_learner(config: LearnerConfig) -> None:
         raise ConfigError("learner.betas must be two numbers, for example [0.9, 0.98]")
     if config.lora_rank > 0 and config.world_size > 1:
         raise ConfigError(
-            f"learner.lora_rank > 0 (a LoRA adapter, the default) trains in one process, but learner.world_size is "
-            f"{config.world_size}: set learner.lora_rank=0 to train the full model across GPUs (as --preset paper "
-            "does), or learner.world_size=1"
+            f"learner.lora_rank > 0 (a LoRA adapter) trains in one process, but learner.world_size is "
+            f"{config.world_size}: set learner.lora_rank=0 to train the full model across GPUs (the default), "
+            "or learner.world_size=1"
         )
     if config.lora_rank > 0 and not config.lora_targets:
         raise ConfigError("learner.lora_targets must name at least one module when learner.lora_rank > 0")

@@ -1,8 +1,11 @@
-"""bin/bench learning's `--reuse-initial` (bin/benchmarks/learning.py reuse_initial): the initial model's probe
-rows of an earlier experiment, copied only when they were played on the same environments, model and settings."""
+"""bin/bench learning's `--reuse-initial` and `--reuse-spade` (bin/benchmarks/learning.py reuse_initial,
+reuse_spade): probe rows of an earlier experiment, copied only when they were played on the same environments, model
+and settings."""
 
 import importlib.util
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -62,3 +65,124 @@ def test_a_probe_played_otherwise_is_refused_saying_what_differs(tmp_path, chang
 def test_a_folder_without_a_probe_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="no probe results there"):
         learning.reuse_initial(_experiment(tmp_path / "earlier"), _experiment(tmp_path / "now"))
+
+
+# --reuse-spade (reuse_spade): the SPADE arm and the initial model's probe from an earlier experiment; only the
+# fixed pool runs here.
+SPADE_ID = "vllm:/earlier/spade/checkpoints/step-000040"
+INITIAL_ID = f"vllm:{MODEL}"
+
+
+def _weights(folder: Path, data: bytes = b"weights") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.safetensors").write_bytes(data)
+    return folder
+
+
+def _earlier(folder: Path, model: Path, *, minutes="60", learner="learning_rate = 0.0002") -> Path:
+    rows = [_row(folder, "spade@initial", "0"), _row(folder, "spade@initial", "1"),
+            dict(_row(folder, "spade", "0"), model=SPADE_ID), dict(_row(folder, "spade", "1"), model=SPADE_ID),
+            dict(_row(folder, "other", "0"), model="vllm:/elsewhere")]  # another model's row: not copied
+    _experiment(folder, rows=rows)
+    config = (folder / "spade" / "config.toml").read_text()
+    (folder / "spade" / "config.toml").write_text(f"[learner]\n{learner}\n\n{config}")
+    (folder / "spade" / "run.json").write_text(json.dumps({"model_path": str(model), "argv": ["up", "--minutes", minutes]}))
+    summary = {"suite": f"envs:{folder / 'probe-envs'}", "models": [{"label": "initial", "model": INITIAL_ID},
+                                                                    {"label": "SPADE", "model": SPADE_ID}]}
+    summary["initial_model_sha256"] = learning.model_sha256(folder / "spade")
+    summary["probe_envs_sha256"] = learning.probe_envs_sha256(folder / "probe-envs")
+    (folder / "learning.json").write_text(json.dumps(summary))
+    return folder
+
+
+def _fixed_here(folder: Path, model: Path, *, learner="learning_rate = 0.0002", max_turns=3) -> Path:
+    _experiment(folder, max_turns=max_turns, model=str(model))
+    (folder / "spade").rename(folder / "fixed")
+    config = (folder / "fixed" / "config.toml").read_text()
+    (folder / "fixed" / "config.toml").write_text(f"[learner]\n{learner}\n\n{config}")
+    return folder
+
+
+@pytest.mark.parametrize("saved_copy", [False, True])
+def test_the_spade_arms_and_initial_models_rows_are_copied_under_this_probes_suite(tmp_path, saved_copy):
+    earlier = _earlier(tmp_path / "earlier", _weights(tmp_path / "there" / "model"))
+    if saved_copy:  # no probe-envs folder: the digests in learning.json stand for it
+        shutil.rmtree(earlier / "probe-envs")
+    out = _fixed_here(tmp_path / "now", _weights(tmp_path / "here" / "model"))  # another path, the same weights
+    assert learning.reuse_spade(earlier, out, 60) == {"initial": INITIAL_ID, "SPADE": SPADE_ID}
+    rows = [json.loads(line) for line in (out / "probe" / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["model"], r["episode"]) for r in rows) == sorted([(INITIAL_ID, "0"), (INITIAL_ID, "1"), (SPADE_ID, "0"), (SPADE_ID, "1")])
+    assert {r["suite"] for r in rows} == {f"envs:{out / 'probe-envs'}"}
+    learning.reuse_spade(earlier, out, 60)  # a resumed bench: nothing twice
+    assert len((out / "probe" / "results.jsonl").read_text().splitlines()) == 4
+
+
+@pytest.mark.parametrize("earlier_change, here_change, minutes, says", [
+    ({}, dict(learner="learning_rate = 5e-05"), 60, "learner.learning_rate = 0.0002, the fixed pool here with 5e-05"),
+    ({}, dict(max_turns=5), 60, "play.max_turns = 3, the fixed pool here with 5"),
+    ({}, {}, 30, "ran for 60.0 minutes, this bench's budget is 30"),
+    (dict(minutes="45"), {}, 60, "ran for 45.0 minutes"),
+])
+def test_a_spade_arm_run_otherwise_is_refused_saying_what_differs(tmp_path, earlier_change, here_change, minutes, says):
+    earlier = _earlier(tmp_path / "earlier", _weights(tmp_path / "there" / "model"), **earlier_change)
+    out = _fixed_here(tmp_path / "now", _weights(tmp_path / "here" / "model"), **here_change)
+    with pytest.raises(SystemExit) as refused:
+        learning.reuse_spade(earlier, out, minutes)
+    assert says in str(refused.value)
+    assert not (out / "probe" / "results.jsonl").exists()
+
+
+def test_a_saved_copy_whose_probe_environments_differ_is_refused(tmp_path):
+    earlier = _earlier(tmp_path / "earlier", _weights(tmp_path / "there" / "model"))
+    shutil.rmtree(earlier / "probe-envs")
+    out = _fixed_here(tmp_path / "now", _weights(tmp_path / "here" / "model"))
+    (out / "probe-envs" / "e.py").write_text("class Changed: ...\n")
+    with pytest.raises(SystemExit, match="probe environment e.py differs"):
+        learning.reuse_spade(earlier, out, 60)
+
+
+def test_a_spade_arm_from_other_base_weights_is_refused(tmp_path):
+    earlier = _earlier(tmp_path / "earlier", _weights(tmp_path / "there" / "model"))
+    out = _fixed_here(tmp_path / "now", _weights(tmp_path / "here" / "model", b"other weights"))
+    with pytest.raises(SystemExit, match="base model's weights .* are not this run's"):
+        learning.reuse_spade(earlier, out, 60)
+
+
+def test_a_folder_without_a_finished_experiment_is_refused_for_reuse_spade(tmp_path):
+    earlier = _experiment(tmp_path / "earlier", rows=[_row(tmp_path / "earlier", "spade@initial", "0")])  # no learning.json
+    out = _fixed_here(tmp_path / "now", _weights(tmp_path / "here" / "model"))
+    with pytest.raises(SystemExit, match="no finished experiment there"):
+        learning.reuse_spade(earlier, out, 60)
+
+
+def test_the_probe_plays_only_the_models_not_reused_and_names_all_three(tmp_path, monkeypatch):
+    out = _fixed_here(tmp_path / "now", _weights(tmp_path / "here" / "model"))
+    (out / "probe").mkdir()
+    (out / "probe" / "results.jsonl").write_text("")
+    calls = []
+
+    def eval_stub(command, **kwargs):
+        calls.append(command)
+        return subprocess.CompletedProcess(command, 0, stdout=json.dumps({"suite": "envs:x", "model_ids": ["vllm:/fixed/ckpt"]}))
+
+    monkeypatch.setattr(learning.subprocess, "run", eval_stub)
+    _, suite, models = learning._probe(out, out / "probe-envs", {"fixed": out / "fixed"}, 32, [],
+                                       {"initial": INITIAL_ID, "SPADE": SPADE_ID})
+    assert len(calls) == 1 and str(out / "fixed") in calls[0] and not any(str(a).endswith("@initial") for a in calls[0])
+    assert models == [(INITIAL_ID, "initial"), (SPADE_ID, "SPADE"), ("vllm:/fixed/ckpt", "fixed")]
+
+
+def test_without_reuse_the_probe_plays_the_initial_model_and_both_arms_in_order(tmp_path, monkeypatch):
+    out = _experiment(tmp_path / "now")
+    shutil.copytree(out / "spade", out / "fixed")
+    (out / "probe").mkdir()
+    (out / "probe" / "results.jsonl").write_text("")
+    ids = ["vllm:/base", "vllm:/spade/ckpt", "vllm:/fixed/ckpt"]
+
+    def eval_stub(command, **kwargs):
+        assert command[2:5] == [f"{out / 'spade'}@initial", str(out / "spade"), str(out / "fixed")]
+        return subprocess.CompletedProcess(command, 0, stdout=json.dumps({"suite": "envs:x", "model_ids": ids}))
+
+    monkeypatch.setattr(learning.subprocess, "run", eval_stub)
+    _, _, models = learning._probe(out, out / "probe-envs", {"SPADE": out / "spade", "fixed": out / "fixed"}, 32, [])
+    assert models == list(zip(ids, ["initial", "SPADE", "fixed"]))

@@ -202,7 +202,7 @@ LEARNER_BAD = [
         r"^learner\.total_steps \(4\) must exceed learner\.warmup_steps \(4\), or be 0 for no decay$",
     ),
     (["learner.lora_rank=4", "learner.lora_targets=[]"], r"^learner\.lora_targets must name at least one module when learner\.lora_rank > 0$"),
-    (["learner.world_size=2"], r"^learner\.lora_rank > 0 \(a LoRA adapter, the default\) trains in one process, but learner\.world_size is 2: set learner\.lora_rank=0"),
+    (["learner.lora_rank=16", "learner.world_size=2"], r"^learner\.lora_rank > 0 \(a LoRA adapter\) trains in one process, but learner\.world_size is 2: set learner\.lora_rank=0"),
     (["learner.lora_dropout=1.0"], r"^learner\.lora_dropout must be in \[0, 1\) \(got 1\.0\)$"),
     (["learner.betas=[0.9]"], r"^learner\.betas must be two numbers, for example \[0\.9, 0\.98\]$"),
 ]
