@@ -21,10 +21,11 @@ EARLIER_OUT` copies the initial model's probe episodes from an earlier experimen
 (about 10 minutes saved), when they were played on the same probe environments, by the same model and backend,
 with the same turn, token and temperature settings; anything else is an error that says what differs.
 `--reuse-spade EARLIER_OUT` takes the SPADE arm from an earlier experiment (or its saved copy, for example
-bin/benchmarks/results/learning-60): its probe episodes and the initial model's are copied, and only the fixed pool
-is run and probed (about 70 minutes instead of 150). It is refused, saying what differs, unless the probe
-environments are the same files, the fixed run's [learner] and [play] settings equal the earlier SPADE run's, and
-its base model has the same weights (`initial_model_sha256`, which learning.json records).
+bin/benchmarks/results/learning-60-lora): its probe episodes and the initial model's are copied, and only the fixed
+pool is run and probed (about 70 minutes instead of 150). It is refused, saying what differs, unless the probe
+environments are the same files and the budget the same (checked before the run), and the fixed run's [learner]
+and [play] settings equal the earlier SPADE run's and its base model has the same weights (`initial_model_sha256`,
+which learning.json records).
 """
 
 import argparse
@@ -187,15 +188,16 @@ def reuse_initial(source: Path, out: Path) -> int:
     return added
 
 
-def reuse_spade(source: Path, out: Path, minutes: float) -> dict[str, str]:
-    """Copy the earlier experiment's (`source`) probe rows of the initial model and its SPADE arm into `out`'s probe
-    results (their suite renamed to `out`'s probe folder); returns {label: model id} for both. SystemExit, saying
-    what differs, unless `source` holds such an experiment played on the same probe environments, with the fixed
-    run's (`out`/fixed) [learner] and [play] settings, from the same base model weights."""
+def spade_source(source: Path, out: Path, minutes: float) -> tuple[dict, Path]:
+    """What can be checked of `source` before the fixed pool runs: a finished experiment (its summary and probe
+    rows, which it returns) with an initial model and a SPADE arm, played on `out`'s probe environments, whose SPADE
+    arm ran for `minutes`. SystemExit, saying what differs, otherwise."""
     flag = "--reuse-spade"
     summary_file, rows_file = source / "learning.json", source / "probe" / "results.jsonl"
-    if not summary_file.is_file() or not rows_file.is_file():
-        sys.exit(f"{flag} {source}: no finished experiment there (it needs learning.json and probe/results.jsonl)")
+    needed = [summary_file, rows_file, source / "spade" / "run.json", source / "spade" / "config.toml"]
+    if not all(f.is_file() for f in needed):
+        sys.exit(f"{flag} {source}: no finished experiment there (it needs learning.json, probe/results.jsonl, "
+                 "spade/run.json and spade/config.toml)")
     summary = json.loads(summary_file.read_text())
     ids = {m["label"]: m["model"] for m in summary.get("models", [])}
     if "initial" not in ids or "SPADE" not in ids:
@@ -206,6 +208,17 @@ def reuse_spade(source: Path, out: Path, minutes: float) -> dict[str, str]:
     if theirs_minutes != minutes:
         sys.exit(f"{flag} {source}: its SPADE arm ran for {theirs_minutes} minutes, this bench's budget is {minutes:g}: "
                  "give the same --minutes")
+    return summary, rows_file
+
+
+def reuse_spade(source: Path, out: Path, minutes: float) -> dict[str, str]:
+    """Copy the earlier experiment's (`source`) probe rows of the initial model and its SPADE arm into `out`'s probe
+    results (their suite renamed to `out`'s probe folder); returns {label: model id} for both. SystemExit, saying
+    what differs, unless `source` holds such an experiment (spade_source) whose SPADE arm ran with the fixed run's
+    (`out`/fixed) [learner] and [play] settings, from the same base model weights."""
+    flag = "--reuse-spade"
+    summary, rows_file = spade_source(source, out, minutes)
+    ids = {m["label"]: m["model"] for m in summary["models"]}
     theirs = tomllib.loads((source / "spade" / "config.toml").read_text())
     mine = tomllib.loads((out / "fixed" / "config.toml").read_text())
     for section in ("learner", "play"):
@@ -256,6 +269,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     if args.reuse_spade:
         runs = {"fixed": out / "fixed"}
+        _probe_folder(out)
+        spade_source(Path(args.reuse_spade).resolve(), out, args.minutes)  # before the hour, not after it
     else:
         runs = {"SPADE": out / "spade"} if args.spade_only else {"SPADE": out / "spade", "fixed": out / "fixed"}
         _run("SPADE", runs["SPADE"], args.minutes, "", args.set)

@@ -186,3 +186,13 @@ def test_without_reuse_the_probe_plays_the_initial_model_and_both_arms_in_order(
     monkeypatch.setattr(learning.subprocess, "run", eval_stub)
     _, _, models = learning._probe(out, out / "probe-envs", {"SPADE": out / "spade", "fixed": out / "fixed"}, 32, [])
     assert models == list(zip(ids, ["initial", "SPADE", "fixed"]))
+
+
+def test_the_earlier_arm_is_checked_before_the_fixed_pool_runs(tmp_path):
+    earlier = _earlier(tmp_path / "earlier", _weights(tmp_path / "there" / "model"))
+    out = _experiment(tmp_path / "now")
+    shutil.rmtree(out / "spade")  # nothing has run here yet: only the probe folder is built
+    summary, _ = learning.spade_source(earlier, out, 60)
+    assert summary["initial_model_sha256"]
+    with pytest.raises(SystemExit, match="this bench's budget is 30"):
+        learning.spade_source(earlier, out, 30)
