@@ -41,6 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from actors.evaluation.paired import compare, comparison_markdown  # noqa: E402
+from engine.peers.policy_transfer import sha256_file  # noqa: E402
 
 SEEDS = REPO / "engine" / "protocol" / "data" / "seeds"
 SPADE = REPO / "bin" / "spade-engine"
@@ -89,28 +90,39 @@ def _play_settings(run_dir: Path) -> dict:
     return config["play"]
 
 
-def model_sha256(run_dir: Path) -> str:
-    """The sha256 of the run's base model weights (its *.safetensors files in name order): the same model on
-    another machine, where its folder has another path, has the same digest."""
-    import hashlib
-
+def model_sha256(run_dir: Path) -> dict[str, str]:
+    """The sha256 of each of the run's base model weight files (*.safetensors), by name: the same model on another
+    machine, where its folder has another path, has the same digests."""
     folder = Path(json.loads((run_dir / "run.json").read_text())["model_path"])
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         sys.exit(f"{folder} (the model of {run_dir}) holds no *.safetensors weights")
-    digest = hashlib.sha256()
-    for file in files:
-        with open(file, "rb") as handle:
-            while chunk := handle.read(1 << 22):
-                digest.update(chunk)
-    return digest.hexdigest()
+    return {f.name: sha256_file(f) for f in files}
 
 
 def probe_envs_sha256(folder: Path) -> dict[str, str]:
     """Each probe environment file's sha256, by name (learning.json records them)."""
-    import hashlib
+    return {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()}
 
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+def _copy_rows(rows_file: Path, out: Path, wanted) -> int:
+    """Append the rows of `rows_file` that `wanted(row)` keeps to `out`'s probe results, their suite renamed to
+    `out`'s probe folder; rows already there are skipped. Returns how many were added."""
+    from actors.evaluation.results import ResultsFile, row_key
+
+    results = ResultsFile(out / "probe" / "results.jsonl")
+    suite = f"envs:{out / 'probe-envs'}"
+    added = 0
+    try:
+        for row in ResultsFile(rows_file).rows.values():
+            if wanted(row):
+                row = dict(row, suite=suite)
+                if not results.done(row_key(row)):
+                    results.add(row)
+                    added += 1
+    finally:
+        results.close()
+    return added
 
 
 def _same_probe_envs(source: Path, out: Path, flag: str) -> None:
@@ -167,25 +179,16 @@ def reuse_initial(source: Path, out: Path) -> int:
         if mine.get(key) != theirs.get(key):
             sys.exit(f"--reuse-initial {source}: it probed with play.{key} = {theirs.get(key)}, this run plays with "
                      f"{mine.get(key)}: the initial model must be probed again (drop --reuse-initial)")
-    from actors.evaluation.results import ResultsFile, row_key
-
     model = json.loads((out / "spade" / "run.json").read_text())["model_path"]
-    results = ResultsFile(out / "probe" / "results.jsonl")
-    suite = f"envs:{out / 'probe-envs'}"
-    added = 0
-    try:
-        for row in ResultsFile(rows_file).rows.values():
-            if not row.get("label", "").endswith(INITIAL):
-                continue
-            if row["model"].split(":", 1)[-1] != model:
-                sys.exit(f"--reuse-initial {source}: its initial model was {row['model']}, this run's is {model}")
-            row = dict(row, suite=suite)
-            if not results.done(row_key(row)):
-                results.add(row)
-                added += 1
-    finally:
-        results.close()
-    return added
+
+    def initial(row: dict) -> bool:
+        if not row.get("label", "").endswith(INITIAL):
+            return False
+        if row["model"].split(":", 1)[-1] != model:
+            sys.exit(f"--reuse-initial {source}: its initial model was {row['model']}, this run's is {model}")
+        return True
+
+    return _copy_rows(rows_file, out, initial)
 
 
 def spade_source(source: Path, out: Path, minutes: float) -> tuple[dict, Path]:
@@ -231,19 +234,9 @@ def reuse_spade(source: Path, out: Path, minutes: float) -> dict[str, str]:
     if summary.get("initial_model_sha256") != digest:
         sys.exit(f"{flag} {source}: its base model's weights (sha256 {summary.get('initial_model_sha256')}) are not this "
                  f"run's ({digest}): run both arms (drop --reuse-spade)")
-    from actors.evaluation.results import ResultsFile, row_key
-
-    results = ResultsFile(out / "probe" / "results.jsonl")
-    suite = f"envs:{out / 'probe-envs'}"
-    try:
-        for row in ResultsFile(rows_file).rows.values():
-            if row["model"] in (ids["initial"], ids["SPADE"]) and row["suite"] == summary["suite"]:
-                row = dict(row, suite=suite)
-                if not results.done(row_key(row)):
-                    results.add(row)
-    finally:
-        results.close()
-    return {"initial": ids["initial"], "SPADE": ids["SPADE"]}
+    reused = {"initial": ids["initial"], "SPADE": ids["SPADE"]}
+    _copy_rows(rows_file, out, lambda row: row["model"] in reused.values() and row["suite"] == summary["suite"])
+    return reused
 
 
 def _commit() -> str:
@@ -267,16 +260,15 @@ def main() -> None:
         sys.exit("--reuse-spade takes the SPADE arm and the initial model's probe from EARLIER_OUT: drop --spade-only and --reuse-initial")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    folder = _probe_folder(out)
     if args.reuse_spade:
         runs = {"fixed": out / "fixed"}
-        _probe_folder(out)
         spade_source(Path(args.reuse_spade).resolve(), out, args.minutes)  # before the hour, not after it
     else:
         runs = {"SPADE": out / "spade"} if args.spade_only else {"SPADE": out / "spade", "fixed": out / "fixed"}
         _run("SPADE", runs["SPADE"], args.minutes, "", args.set)
     if "fixed" in runs:
         _run("fixed pool", runs["fixed"], args.minutes, "fixed-envs", args.set)
-    folder = _probe_folder(out)
     reused = {}
     if args.reuse_initial:
         added = reuse_initial(Path(args.reuse_initial).resolve(), out)

@@ -113,7 +113,7 @@ def _check_resumable(processes, run_dir: Path, steps: int) -> None:
 def _published_weights_are_finite(run_dir: Path) -> None:
     from safetensors.numpy import load_file
 
-    # the newest published version (with LoRA, the default, only adapter_model.safetensors) and the latest
+    # the newest published version (with LoRA, only adapter_model.safetensors) and the latest
     # checkpoint (model.safetensors, and with LoRA the adapter in adapter/)
     folders = [max((run_dir / "policy").glob("v*")), (run_dir / "checkpoints" / "latest").resolve()]
     for folder in folders:
