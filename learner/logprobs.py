@@ -79,11 +79,15 @@ def sequence_logprobs(
     temperatures: torch.Tensor | float | None = None,
     *,
     autocast: bool = False,
+    positions: torch.Tensor | None = None,
     max_logit_elements: int = MAX_LOGIT_ELEMENTS,
     tile: tuple[int, int] = (TILE_ROWS, TILE_COLUMNS),
 ) -> torch.Tensor:
     """Like `token_logprobs`, with per-row temperatures ([batch] or [batch, 1, 1]; None or a float for all rows)
-    and the head's memory bounded. `autocast`: run the model and the projection under bf16 autocast."""
+    and the head's memory bounded. `autocast`: run the model and the projection under bf16 autocast.
+    `positions` (bool [batch, seq], optional): the entries wanted; the vocabulary projection then runs only at
+    those (the learner passes its loss mask: prompt and padding positions, most of a sample, never reach the head)
+    and every other entry is 0."""
     device = input_ids.device
     context = torch.autocast(device.type, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
     if _needs_plain_path(model):
@@ -103,8 +107,17 @@ def sequence_logprobs(
         scale = torch.full((rows, seq - 1), value if value > 0 else 1.0, device=device)
     flat_hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1])
     targets = input_ids[:, 1:].reshape(-1)
+    scale = scale.reshape(-1)
     dtype = torch.bfloat16 if autocast else None
-    picked = chunked_logprobs(flat_hidden, weight, bias, targets, scale.reshape(-1), dtype=dtype, max_logit_elements=max_logit_elements, tile=tile)
+    if positions is None:
+        picked = chunked_logprobs(flat_hidden, weight, bias, targets, scale, dtype=dtype, max_logit_elements=max_logit_elements, tile=tile)
+    else:
+        if positions.shape != input_ids.shape:
+            raise ValueError(f"positions {tuple(positions.shape)} must have input_ids' shape {tuple(input_ids.shape)}")
+        wanted = positions[:, 1:].reshape(-1).nonzero().squeeze(-1)
+        some = chunked_logprobs(flat_hidden.index_select(0, wanted), weight, bias, targets[wanted], scale[wanted], dtype=dtype,
+                                max_logit_elements=max_logit_elements, tile=tile)
+        picked = some.new_zeros(targets.shape[0]).index_put((wanted,), some)
     return torch.nn.functional.pad(picked.view(rows, seq - 1), (1, 0))
 
 

@@ -6,7 +6,8 @@ over the ranks and packed into micro-batches, and a micro-batch as padded tensor
     batch = collate(rows, plan[0].micro[rank][0], device)
 
 Every rank computes the same plan (`split_by_tokens`, learner/distributed.py), so each knows how many passes the
-others run; a micro-batch's padded size (rows x longest) stays within `learner.micro_batch_tokens`.
+others run; a micro-batch's padded size (rows x longest) stays within `learner.micro_batch_tokens`, and its padding
+within `learner.micro_batch_padding` of that size.
 """
 
 from __future__ import annotations
@@ -53,17 +54,19 @@ def unpack(sample: Sample) -> Row:
     )
 
 
-def micro_batches(indices: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """Length-sorted greedy packing: a micro-batch's padded size (rows x longest) stays within max_tokens."""
+def micro_batches(indices: list[int], lengths: list[int], max_tokens: int, max_padding: float = 1.0) -> list[list[int]]:
+    """Length-sorted greedy packing: a micro-batch's padded size (rows x longest) stays within max_tokens, and its
+    padding (padded size less its tokens) within `max_padding` of the padded size."""
     indices = refuse_oversize(indices, lengths, max_tokens)
-    batches, current, width = [], [], 0
+    batches, current, width, tokens = [], [], 0, 0
     for index in sorted(indices, key=lambda i: (lengths[i], i)):
         n = lengths[index]
-        if current and max(width, n) * (len(current) + 1) > max_tokens:
+        padded = max(width, n) * (len(current) + 1)
+        if current and (padded > max_tokens or padded - tokens - n > max_padding * padded):
             batches.append(current)
-            current, width = [], 0
+            current, width, tokens = [], 0, 0
         current.append(index)
-        width = max(width, n)
+        width, tokens = max(width, n), tokens + n
     if current:
         batches.append(current)
     return batches
@@ -100,7 +103,7 @@ class Batch:
 
 
 def plan_mini_batches(rows: list[Row], trainable: set[int], *, mini_batches: int, world_size: int, micro_batch_tokens: int,
-                      sample_norm: int = 0) -> list[MiniBatch]:
+                      sample_norm: int = 0, micro_batch_padding: float = 1.0) -> list[MiniBatch]:
     """Mini-batches (sample i in mini-batch i mod M), each split over the ranks, then into micro-batches.
     `sample_norm` > 0 stands for the batch's sample count in the per-sample mean's denominators: each mini-batch
     divides by its share of it, its own count times sample_norm / len(rows) (exactly sample_norm with M = 1)."""
@@ -114,7 +117,7 @@ def plan_mini_batches(rows: list[Row], trainable: set[int], *, mini_batches: int
             role_tokens[rows[i].role] += float(rows[i].mask.sum())
         train = [i for i in members if i in trainable]
         shares = split_by_tokens([lengths[i] for i in train], world_size)
-        micro = [micro_batches([train[j] for j in share], lengths, micro_batch_tokens) for share in shares]
+        micro = [micro_batches([train[j] for j in share], lengths, micro_batch_tokens, micro_batch_padding) for share in shares]
         plan.append(MiniBatch(role_tokens=role_tokens, samples=float(len(members)) * per_sample, micro=micro))
     return plan
 

@@ -168,7 +168,8 @@ class Trainer:
         with_kl = self.reference is not None  # a zero-advantage sample's KL term still has a gradient
         trainable = [i for i, r in enumerate(rows) if r.mask.any() and (r.advantage != 0.0 or with_kl)]
         plan = plan_mini_batches(rows, set(trainable), mini_batches=self.config.mini_batches, world_size=self.dist.world_size,
-                                 micro_batch_tokens=self.config.micro_batch_tokens, sample_norm=sample_norm)
+                                 micro_batch_tokens=self.config.micro_batch_tokens, sample_norm=sample_norm,
+                                 micro_batch_padding=self.config.micro_batch_padding)
         weights = {"agent": self.config.agent_weight, "designer": self.config.designer_weight}
         proximal = self._proximal_logprobs(rows, plan) if len(plan) > 1 else {}
         # Statistics stay on the device until the end of the update: one transfer, no sync per micro-batch.
@@ -267,7 +268,9 @@ class Trainer:
             return model(input_ids=ids, attention_mask=attention, use_cache=False).logits
 
     def _logprobs(self, model, batch: Batch) -> torch.Tensor:
-        return sequence_logprobs(model, batch.ids, batch.attention, batch.temperatures, autocast=self.autocast)
+        """Log-probs at the loss mask's positions (0 elsewhere: no loss, statistic or pi_prox reads them), so the
+        vocabulary projection skips the prompt and padding positions."""
+        return sequence_logprobs(model, batch.ids, batch.attention, batch.temperatures, autocast=self.autocast, positions=batch.mask > 0)
 
     def _empty_pass(self, *, backward: bool) -> None:
         """A one-token pass with zero loss: keeps this rank in step with ranks that have another micro-batch."""

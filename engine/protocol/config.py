@@ -148,6 +148,9 @@ class LearnerConfig(Section):
     objective: ObjectiveConfig = msgspec.field(default_factory=ObjectiveConfig)
     max_grad_norm: float = 1.0  # gradients are clipped to this global norm
     micro_batch_tokens: int = 4096  # samples are packed into micro-batches of at most this many tokens (>= play.max_context_tokens)
+    # A micro-batch closes before its padding (rows x longest, less its tokens) passes this share of its padded size:
+    # padded positions cost a full forward and backward; 1.0: only micro_batch_tokens splits (the update is the same).
+    micro_batch_padding: float = 0.1
     # sample_mean: each sequence's token mean, then the mean over every sequence of the (mini-)batch, both roles
     # together (the reference); role_token_mean: one token mean per role, the role losses summed (so one designer
     # sample weighs as much as many agent samples).

@@ -247,6 +247,9 @@ def check_learner(config: LearnerConfig) -> None:
             f"learner.total_steps ({config.total_steps}) must exceed learner.warmup_steps ({config.warmup_steps}), "
             "or be 0 for no decay"
         )
+    if not 0.0 <= config.micro_batch_padding <= 1.0:
+        raise ConfigError(f"learner.micro_batch_padding must be in [0, 1] (got {config.micro_batch_padding}): the largest "
+                          "share of a micro-batch that may be padding; 1 turns the limit off")
     if len(config.betas) != 2:
         raise ConfigError("learner.betas must be two numbers, for example [0.9, 0.98]")
     if config.lora_rank > 0 and config.world_size > 1:

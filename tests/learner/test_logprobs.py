@@ -1,5 +1,6 @@
 """Must-show: the behaviour log-probs recorded by the inference backend equal the learner's recomputation."""
 
+import pytest
 import torch
 
 from actors.inference.base import GenerationRequest
@@ -134,3 +135,48 @@ def test_micro_batches_refuse_a_sample_longer_than_the_budget(capsys):
 
     assert micro_batches([0, 1, 2], [10, 50, 20], max_tokens=40) == [[0, 2]]
     assert "a sample of 50 tokens is longer than learner.micro_batch_tokens = 40" in capsys.readouterr().err
+
+
+def test_sequence_logprobs_at_chosen_positions_equal_the_full_computation(tiny_model_path):
+    """With `positions`, the head runs only there: those entries and their gradients are the full computation's,
+    every other entry is 0."""
+    from transformers import AutoModelForCausalLM
+
+    from learner.logprobs import sequence_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    ids = torch.randint(5, 4000, (3, 40), generator=torch.Generator().manual_seed(2))
+    attention = torch.ones_like(ids)
+    attention[2, 30:] = 0
+    positions = torch.zeros_like(ids, dtype=torch.bool)
+    positions[0, 20:] = True
+    positions[1, 35:38] = True
+    positions[2, 5:30] = True
+    temperatures = torch.tensor([1.0, 0.6, 0.3]).view(-1, 1, 1)
+    upstream = torch.randn(ids.shape, generator=torch.Generator().manual_seed(3)) * positions
+    head = model.get_output_embeddings().weight
+    full = sequence_logprobs(model, ids, attention, temperatures)
+    (want_head,) = torch.autograd.grad((full * upstream).sum(), (head,))
+    for budget in (1 << 40, 0):  # one piece, and tiles
+        some = sequence_logprobs(model, ids, attention, temperatures, positions=positions, max_logit_elements=budget, tile=(16, 1000))
+        assert torch.allclose(some[positions], full[positions].detach(), atol=1e-5, rtol=0), budget
+        assert (some[~positions] == 0).all()
+        (got_head,) = torch.autograd.grad((some * upstream).sum(), (head,))
+        assert torch.allclose(got_head, want_head, atol=1e-5, rtol=1e-4), budget
+    with pytest.raises(ValueError, match="positions"):
+        sequence_logprobs(model, ids, attention, positions=positions[:, :10])
+
+
+def test_micro_batches_keep_padding_within_max_padding():
+    """Rows of very different lengths go to separate micro-batches once padding would pass `max_padding` of the
+    padded size; without the cap only the token budget splits them."""
+    from learner.packing import micro_batches
+
+    lengths = [100, 104, 110, 300, 310, 1000]
+    assert micro_batches(list(range(6)), lengths, max_tokens=10_000) == [[0, 1, 2, 3, 4, 5]]
+    capped = micro_batches(list(range(6)), lengths, max_tokens=10_000, max_padding=0.1)
+    assert capped == [[0, 1, 2], [3, 4], [5]]
+    for micro in capped:
+        padded = max(lengths[i] for i in micro) * len(micro)
+        assert padded - sum(lengths[i] for i in micro) <= 0.1 * padded
+    assert micro_batches(list(range(6)), lengths, max_tokens=10_000, max_padding=0.0) == [[0], [1], [2], [3], [4], [5]]

@@ -287,3 +287,40 @@ def test_sample_norm_sets_each_mini_batchs_share_of_the_denominator():
     assert [m.samples for m in plan] == [8.0, 4.0]  # 2 and 1 samples of a batch standing for 12
     plain = plan_mini_batches(rows, {0, 1, 2}, mini_batches=2, world_size=1, micro_batch_tokens=64)
     assert [m.samples for m in plain] == [2.0, 1.0]
+
+
+def test_micro_batch_padding_changes_the_passes_not_the_update(tiny_model_path):
+    """Samples of very different lengths with prompts outside the loss mask: capping the padding (0: a pass per
+    length) gives the same loss, metrics and gradients as one padded micro-batch, in fewer padded positions."""
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    samples = []
+    for i, length in enumerate((8, 9, 30, 31, 60)):
+        prompt = length // 2
+        samples.append(Sample(
+            sample_id=f"s{i}", role="designer" if i == 4 else "agent", env_id="e", skill="k", arm="hint", step=0,
+            tokens=pack_ints(rng.integers(5, 4000, size=length).tolist()), loss_mask=pack_mask([0] * prompt + [1] * (length - prompt)),
+            logprobs=pack_floats([0.0] * prompt + (-8.3 + 0.2 * rng.standard_normal(length - prompt)).tolist()),
+            versions=pack_ints([-1] * prompt + [0] * (length - prompt)), reward=0.0, advantage=(1.0, -0.5, 0.5, -1.0, 1.0)[i],
+        ))
+    results = {}
+    for padding in (1.0, 0.0):
+        torch.manual_seed(0)
+        trainer = Trainer(tiny_model_path, LearnerConfig(lora_rank=0, learning_rate=1e-2, micro_batch_padding=padding))
+        grads, step = [], trainer.optimizer.step
+
+        def recording_step(*args, step=step, grads=grads, trainer=trainer, **kwargs):
+            grads.extend(p.grad.detach().clone() for p in trainer.model.parameters() if p.grad is not None)
+            return step(*args, **kwargs)
+
+        trainer.optimizer.step = recording_step
+        metrics = trainer.update(samples)
+        results[padding] = (metrics, grads)
+    (whole, whole_grads), (capped, capped_grads) = results[1.0], results[0.0]
+    assert whole["padding_fraction"] > 0.3 and capped["padding_fraction"] == 0.0
+    for key in ("loss", "loss_agent", "loss_designer", "grad_norm", "mismatch_k3", "clip_fraction", "trained_tokens", "loss_tokens"):
+        assert capped[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-6), key
+    assert len(whole_grads) == len(capped_grads) > 0  # (AdamW turns float noise in a near-zero gradient into +-lr: compare gradients)
+    for a, b in zip(whole_grads, capped_grads):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)

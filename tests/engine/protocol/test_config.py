@@ -186,6 +186,7 @@ LEARNER_BAD = [
     (["learner.objective.clip_low=high"], r"^bad config value: Expected `float`, got `str` - at `learner\.objective\.clip_low`$"),
     (["learner.mini_batches=0"], r"^learner\.mini_batches must be at least 1 \(got 0\)$"),
     (["learner.micro_batch_tokens=0"], r"^learner\.micro_batch_tokens must be at least 1 \(got 0\)$"),
+    (["learner.micro_batch_padding=1.5"], r"^learner\.micro_batch_padding must be in \[0, 1\] \(got 1\.5\)"),
     (["learner.world_size=0"], r"^learner\.world_size must be at least 1 \(got 0\)$"),
     (["learner.warmup_steps=-1"], r"^learner\.warmup_steps must be >= 0 \(got -1\)$"),
     (["learner.total_steps=-1"], r"^learner\.total_steps must be >= 0 \(got -1\)$"),
