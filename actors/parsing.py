@@ -1,5 +1,8 @@
 """Reducing model replies to what the environment and the engine need.
 
+Each reads only the reply's answer, `after_thinking(reply)`: the text after the last `</think>` (a reply that opens a
+think block and never closes it has none, so it gives no action, code or hint).
+
 - `parse_action(reply) -> (action, rule)`: the reference's rule (the first `\\boxed{...}` without nested braces,
   else the brace-matched content of the last `\\boxed{`), then fallbacks small models need: `<answer>...</answer>`
   tags, a final "answer is ..." phrase, else the stripped reply. The action is re-wrapped as `\\boxed{X}`
@@ -20,6 +23,16 @@ _FENCED = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)\n?```", re.DOTALL)
 _OPEN_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*)", re.DOTALL)
 
 
+def after_thinking(reply: str) -> str:
+    """The part of a reply that holds its answer: the text after the last `</think>`; "" for a reply whose think
+    block is never closed (all of it is thinking); the whole reply when it does not think."""
+    if "</think>" in reply:
+        return reply.rsplit("</think>", 1)[1]
+    if "<think>" in reply:
+        return ""
+    return reply
+
+
 def _last_boxed_balanced(text: str) -> str | None:
     start = text.rfind("\\boxed{")
     if start < 0:
@@ -36,6 +49,7 @@ def _last_boxed_balanced(text: str) -> str | None:
 
 
 def parse_action(reply: str) -> tuple[str, str]:
+    reply = after_thinking(reply)
     match = _BOXED_FLAT.search(reply)
     if match:
         return f"\\boxed{{{match.group(1).strip()}}}", "boxed_first"
@@ -52,6 +66,7 @@ def parse_action(reply: str) -> tuple[str, str]:
 
 
 def extract_code(reply: str) -> str:
+    reply = after_thinking(reply)
     match = _FENCED.search(reply)
     if match:
         return match.group(1).strip("\n")
@@ -62,7 +77,7 @@ def extract_code(reply: str) -> str:
 
 
 def clean_hint(reply: str, max_words: int = 100) -> str:
-    text = reply.strip()
+    text = after_thinking(reply).strip()
     block = re.search(r"```json\s*\n(.*?)```", text, re.DOTALL)
     if block:
         try:

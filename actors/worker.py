@@ -152,6 +152,7 @@ async def run_worker(opts: WorkerOptions) -> None:
 
 async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetcher: PolicyFetcher, address: str, secret: str = "") -> None:
     """Hello, then every task until Shutdown: the worker once its backend and sandbox pool are up."""
+    from actors.chat import with_chat_template_kwargs
     from actors.designer import design_environment
     from actors.inference.batcher import Batcher
     from actors.settings import for_play
@@ -161,6 +162,7 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
     await nursery.start(batcher.run)
     follower = PolicyFollower(fetcher, batcher.request_weights, worker_id, loaded=batcher.policy_version)
     nursery.start_soon(follower.run)
+    tokenizer = with_chat_template_kwargs(backend.tokenizer, config.model.chat_template_kwargs)  # every render gets them
     busy = 0
     received = 0  # tasks taken off the socket since the last hello (each heartbeat says it: engine/peers/dispatch.py)
 
@@ -195,7 +197,7 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
                   f"worker.connect_timeout_s = {config.worker.connect_timeout_s:.0f} s; it runs on v{batcher.policy_version}", file=sys.stderr, flush=True)
         policy_wait_s = time.perf_counter() - waiting
         busy += 1
-        common = dict(batcher=batcher, pool=pool, tokenizer=backend.tokenizer, play_config=config.play, worker_id=worker_id)
+        common = dict(batcher=batcher, pool=pool, tokenizer=tokenizer, play_config=config.play, worker_id=worker_id)
         try:
             if isinstance(task, DesignTask):
                 result = await design_environment(task, **common)

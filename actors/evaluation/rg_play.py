@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import msgspec
 
 from actors.chat import ChatContext
+from actors.parsing import after_thinking
 from actors.evaluation.rg_process import ReasoningGymError, ReasoningGymProcess, reasoning_gym_process
 from engine.protocol.messages import PlayResult, PlayTask, ReasoningGymTask, TurnRecord, decode_reasoning_gym_task
 
@@ -37,8 +38,8 @@ def rg_prompt(question: str) -> str:
 
 
 def tagged_answer(reply: str) -> str | None:
-    """The content of the last <answer>...</answer> in the reply, or None (a malformed reply)."""
-    found = ANSWER_TAG.findall(reply)
+    """The content of the last <answer>...</answer> after the reply's thinking, or None (a malformed reply)."""
+    found = ANSWER_TAG.findall(after_thinking(reply))  # tags inside the thinking are drafts
     return found[-1].strip() if found else None
 
 

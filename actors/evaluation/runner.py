@@ -19,8 +19,9 @@ from collections.abc import Callable
 import msgspec
 import trio
 
-from actors.chat import ChatContext
+from actors.chat import ChatContext, with_chat_template_kwargs
 from actors.evaluation import scoring
+from actors.parsing import after_thinking
 from actors.evaluation.rg_play import play_problem
 from actors.evaluation.rg_process import ReasoningGymError, ReasoningGymProcess
 from actors.evaluation.suites import Item, Suite
@@ -107,14 +108,14 @@ async def play_item(item: Item, *, settings, batcher, tokenizer, play_config, po
     if oracle is not None:
         oracle.expect(item.prompt, answer(item, item.reference))
     generation = await _reply(item, chat, batcher, play_config, settings)
-    text, failure = generation.text, ""
+    text, failure = after_thinking(generation.text), ""  # scored after the reply's thinking
     if item.kind == "math":
         score, got = scoring.score_math(text, item.answer)
     elif item.kind == "science":
         score, got = scoring.score_science(text, item.answer, item.choices)
     else:
         score, got, failure = await _run_code(item, text, pool)
-    return {"score": score, "win": score >= 1.0, "answer": got, "failure": failure, "reply": text,
+    return {"score": score, "win": score >= 1.0, "answer": got, "failure": failure, "reply": generation.text,
             "tokens": len(generation.completion_ids)}
 
 
@@ -176,11 +177,12 @@ async def _play_all(model, suite, results, todo, backend, oracle, needs_pool, *,
         batcher = Batcher(backend, max_batch=config.inference.max_batch, wait_s=config.inference.batch_wait_s)
         await nursery.start(batcher.run)
         limiter = trio.CapacityLimiter(concurrency)
+        tokenizer = with_chat_template_kwargs(backend.tokenizer, config.model.chat_template_kwargs)  # model.chat_template_kwargs
 
         async def one(item: Item) -> None:
             async with limiter:
                 started = time.perf_counter()
-                outcome = await play_item(item, settings=suite.settings, batcher=batcher, tokenizer=backend.tokenizer,
+                outcome = await play_item(item, settings=suite.settings, batcher=batcher, tokenizer=tokenizer,
                                           play_config=play_config, pool=pool, rg=rg, oracle=oracle, answer=answer)
             results.add({
                 "model": model.id, "label": model.label, "suite": suite.key, "dataset": item.dataset, "family": item.family,

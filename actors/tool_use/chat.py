@@ -1,7 +1,8 @@
 """A chat context with tools: the specs go through the chat template's `tools=` where the template renders them
-(Qwen3's does), else into the system message as text (SmolLM2's and the test tokenizer's ignore `tools`); tool
-results come back as `tool`-role messages, every result of one reply in one go (so the rendering stays a prefix
-of the next turn's)."""
+(Qwen's, Llama 3.x's do), else into the system message as text (SmolLM2's, Gemma's and the test tokenizer's
+ignore `tools`); tool results come back as the template's `tool`-role messages, every result of one reply in one
+turn (actors/chat.py renders that turn as a delta). A template without a tool role (Gemma's alternate user and
+model only) gets the results as one user message of `<tool_response>` blocks instead."""
 
 from __future__ import annotations
 
@@ -19,51 +20,41 @@ def tools_as_text(tools: list[dict]) -> str:
     return TOOLS_HEADER + "\n" + "\n".join(json.dumps(t["function"], sort_keys=False) for t in tools)
 
 
-def template_renders_tools(tokenizer, tools: list[dict]) -> bool:
+def template_renders_tools(tokenizer, tools: list[dict], template_kwargs: dict | None = None) -> bool:
     probe = [{"role": "user", "content": "x"}]
+    extra = dict(template_kwargs or {})
     try:
-        plain = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
-        with_tools = tokenizer.apply_chat_template(probe, tools=tools, tokenize=False, add_generation_prompt=True)
+        plain = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True, **extra)
+        with_tools = tokenizer.apply_chat_template(probe, tools=tools, tokenize=False, add_generation_prompt=True, **extra)
     except Exception:  # noqa: BLE001 - a template (or tokenizer) that takes no tools
         return False
     return with_tools != plain and tools[0]["function"]["name"] in with_tools
 
 
 class ToolChat(ChatContext):
-    def __init__(self, tokenizer, tools: list[dict], system: str | None = None):
-        self.tools = tools
-        self.native = bool(tools) and template_renders_tools(tokenizer, tools)
-        if not self.native and tools:
+    def __init__(self, tokenizer, tools: list[dict], system: str | None = None, *, template_kwargs: dict | None = None):
+        native = bool(tools) and template_renders_tools(tokenizer, tools, template_kwargs)
+        if not native and tools:
             system = f"{system}\n\n{tools_as_text(tools)}" if system else tools_as_text(tools)
-        super().__init__(tokenizer, system=system)
+        super().__init__(tokenizer, system=system, template_kwargs=template_kwargs, tools=tools if native else None)
+        self.native = native
         self.tool_role = "tool"
-
-    def _render(self, generation_prompt: bool) -> str:
-        extra = {"tools": self.tools} if self.native else {}
-        rendered = self.tokenizer.apply_chat_template(self.messages, tokenize=False, add_generation_prompt=generation_prompt, **extra)
-        if not rendered.startswith(self._rendered):
-            raise ValueError("the chat template renders earlier turns differently once a turn is added; "
-                             "token-in/token-out multi-turn play needs a prefix-stable template (ChatML is)")
-        return rendered
 
     def add_tool_results(self, results: list[tuple[str, str]]) -> None:
         """Append one tool message per (tool name, result) and the generation prompt."""
-        before = len(self.messages)
-        self.messages += [{"role": self.tool_role, "name": name, "content": text} for name, text in results]
-        try:
-            rendered = self._render(generation_prompt=True)
-        except Exception:  # noqa: BLE001 - a template without a tool role: the results as a user message
-            del self.messages[before:]
-            self.tool_role = "user"
-            self.messages.append({"role": "user", "content": "\n".join(f"<tool_response>\n{t}\n</tool_response>" for _, t in results)})
-            rendered = self._render(generation_prompt=True)
-        self._append_text(rendered[len(self._rendered):])
-        self._rendered = rendered
-        self._prefill = ""
+        turn = [{"role": self.tool_role, "name": name, "content": text} for name, text in results]
+        if self.tool_role == "tool":
+            try:
+                self.turn_delta(turn)
+            except Exception:  # noqa: BLE001 - a template without a tool role: the results as a user message
+                self.tool_role = "user"
+        if self.tool_role == "user":
+            turn = [{"role": "user", "content": "\n".join(f"<tool_response>\n{t}\n</tool_response>" for _, t in results)}]
+        self._add_turn(turn, "")
 
     def mask_last(self, count: int) -> None:
-        """Take the last `count` sampled tokens out of training (a malformed tool call, with the config's switch)."""
-        if count:
-            self.mask[-count:] = [0] * count
-            self.logprobs[-count:] = [0.0] * count
-            self.versions[-count:] = [-1] * count
+        """Take the last `count` tokens of the last sampled reply out of training (a malformed tool call, with the
+        config's switch); the reply's end-of-turn text after them is masked already."""
+        start = max(0, self.reply_end - count)
+        for i in range(start, self.reply_end):
+            self.mask[i], self.logprobs[i], self.versions[i] = 0, 0.0, -1

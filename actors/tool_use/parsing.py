@@ -6,7 +6,8 @@
 - XML parameters: `<function=f><parameter=k>v</parameter>...</function>`, each value html-unescaped and decoded
   as JSON when it parses (so `3` is an int, `["a"]` a list), else kept as text.
 A block that parses in neither form makes the reply `malformed` (the reference's format error). A trailing
-`<|im_end|>` and anything before a closing `</think>` are ignored.
+`<|im_end|>` and anything before a closing `</think>` are ignored; a reply whose think block is never closed has
+neither answer nor calls.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import html
 import json
 import re
 from dataclasses import dataclass, field
+
+from actors.parsing import after_thinking
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
@@ -77,10 +80,9 @@ def _xml_call(body: str) -> ToolCall | None:
 
 
 def visible(text: str) -> str:
-    """The part of a reply that counts: after the last `</think>`, without a trailing `<|im_end|>`."""
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
-    text = text.strip()
+    """The part of a reply that counts: after the last `</think>` ("" when a think block is never closed), without a
+    trailing `<|im_end|>`."""
+    text = after_thinking(text).strip()
     while text.endswith("<|im_end|>"):
         text = text[: -len("<|im_end|>")].rstrip()
     return text

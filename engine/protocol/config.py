@@ -35,6 +35,9 @@ class RunConfig(Section):
 class ModelConfig(Section):
     path: str = ""  # local Hugging Face folder; empty: the embedded SmolLM2-135M-Instruct (converted once)
     dtype: Literal["float32", "bfloat16"] = "float32"  # the weights' dtype in the workers and the learner
+    # extra arguments of every chat-template render (agent, designer, hint writer, tool use, evaluation), TOML
+    # scalars only; e.g. {enable_thinking = false} for Qwen3's hybrid template (an empty think block in each prompt)
+    chat_template_kwargs: dict[str, object] = msgspec.field(default_factory=dict)
 
 
 class CurriculumConfig(Section):

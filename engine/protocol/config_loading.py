@@ -114,7 +114,7 @@ def _unknown_key(data: dict, kind: type = Config, dotted: str = "") -> str | Non
             problem = _unknown_key(body, fields[key], name)
             if problem:
                 return problem
-        elif isinstance(body, dict):
+        elif isinstance(body, dict) and getattr(fields[key], "__origin__", None) is not dict:  # a dict field takes a table
             return f"config key {name} takes a value, not a table of keys: write --set {name}=VALUE"
     return None
 
@@ -173,6 +173,10 @@ def check_config(config: Config) -> None:
     c = config
     if problem := address_problem("worker.address", c.worker.address):
         raise ConfigError(problem)
+    for key, value in c.model.chat_template_kwargs.items():
+        if not isinstance(value, (str, int, float, bool)):
+            raise ConfigError(f"model.chat_template_kwargs.{key} must be a string, number or boolean (got {value!r}): "
+                              "the chat template takes plain values, e.g. {enable_thinking = false}")
     if 1 <= c.learner.micro_batch_tokens < c.play.max_context_tokens:  # (below 1: the learner check says so)
         raise ConfigError(
             f"learner.micro_batch_tokens ({c.learner.micro_batch_tokens}) is below play.max_context_tokens "
