@@ -4,7 +4,8 @@
     step = load_checkpoint(trainer, folder)  # every rank reads the folder and takes its own share
 
 Layout of `folder` (written into `.tmp-<name>` and renamed, so a folder that exists is complete):
-    model.safetensors, config.json, tokenizer files   from_pretrained(folder) loads the policy as it was
+    model.safetensors, config.json, tokenizer files   from_pretrained(folder) loads the policy as it was, in fp32
+                        (the master weights, whatever model.dtype the versions are published in)
     checkpoint.json     the step and policy version, for the engine (which loads no torch)
     trainer_state.pt    optimizer (full, keyed by parameter name), LR scheduler, step, updates, policy version,
                         optimizer steps, and the python / numpy / torch (and cuda) RNG states of every rank
@@ -38,6 +39,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from engine.protocol.paths import CHECKPOINT_STATE, CHECKPOINT_SUMMARY
+from learner import precision
 
 if TYPE_CHECKING:
     from learner.trainer import Trainer
@@ -56,10 +58,19 @@ def full_model_state_dict(trainer: Trainer) -> dict[str, torch.Tensor] | None:
     return get_model_state_dict(trainer.model, options=_GATHER)
 
 
-def save_model_folder(trainer: Trainer, folder: Path, state_dict: dict[str, torch.Tensor] | None) -> None:
-    """Rank 0: the model (safetensors) and tokenizer as a folder `from_pretrained` loads."""
+def save_model_folder(trainer: Trainer, folder: Path, state_dict: dict[str, torch.Tensor] | None, *, dtype: str = "float32") -> None:
+    """Rank 0: the model (safetensors) and tokenizer as a folder `from_pretrained` loads, the weights in `dtype`
+    (a published version: `model.dtype`; a checkpoint: float32, the master weights as they are)."""
+    if dtype != "float32":
+        state = state_dict if state_dict is not None else trainer.model.state_dict()
+        state_dict = precision.cast_state_dict(state, precision.torch_dtype(dtype))
     trainer.model.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
     trainer.tokenizer.save_pretrained(folder)
+    if dtype != "float32":  # save_pretrained wrote the master weights' dtype into config.json
+        config_file = Path(folder) / "config.json"
+        config = json.loads(config_file.read_text())
+        config["dtype"] = dtype
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def save_adapter_folder(trainer: Trainer, folder: Path) -> None:

@@ -144,27 +144,34 @@ def init_distributed(device: str = "auto", *, timeout_s: float = 1800.0, gpus: l
     return info
 
 
-def shard_model(model, dist: Distributed, *, frozen: bool = False):
+def shard_model(model, dist: Distributed, *, frozen: bool = False, compute_dtype=None):
     """FSDP2 over the group: each decoder layer (the model's `_no_split_modules`) is one unit, the root the last.
 
     Gradients are summed, not averaged, over ranks. For one process the model is only moved to the device, unless
-    a process group of one was made by hand (bin/device_check.py runs FSDP2 on one GPU that way).
+    a process group of one was made by hand (bin/device_check.py runs FSDP2 on one GPU that way). `compute_dtype`
+    (torch.bfloat16 when model.dtype is bfloat16, learner/precision.py): the shards stay in their dtype (fp32 master
+    weights), each unit is gathered in `compute_dtype` for its forward and backward, gradients are summed in fp32.
     """
     import torch.distributed
 
     if dist.world_size == 1 and not torch.distributed.is_initialized():
         return model.to(dist.device)
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(dist.device_type, (dist.world_size,))
     layer_classes = set(getattr(model, "_no_split_modules", None) or ())
     if not layer_classes:
         raise ValueError(f"{type(model).__name__} names no _no_split_modules: cannot tell its decoder layers to shard")
+    full = model.state_dict() if dist.is_main else {}  # rank 0's weights (load_model), sent to the others below
+    options = {"mesh": mesh}
+    if compute_dtype is not None:
+        options["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     for module in model.modules():
         if type(module).__name__ in layer_classes:
-            fully_shard(module, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+            fully_shard(module, **options)
+    fully_shard(model, **options)
+    _receive_from_rank0(model, full, dist)
     if not frozen:
         for module in model.modules():
             if isinstance(module, FSDPModule):
@@ -172,6 +179,38 @@ def shard_model(model, dist: Distributed, *, frozen: bool = False):
                 module.set_gradient_divide_factor(1.0)
                 module.set_force_sum_reduction_for_comms(True)
     return model
+
+
+def load_model(model_path: str, dist: Distributed, *, dtype):
+    """The model of `model_path` in `dtype`: read from disk by rank 0 only; on the other ranks built from its config
+    on the meta device (no memory), to be filled by `shard_model`, which sends each rank its shards of rank 0's
+    weights. One process reads it as usual. So a node holds one copy in host memory, not one per rank."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if dist.world_size == 1 or dist.is_main:
+        return AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    import torch
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path), dtype=dtype)
+
+
+def _receive_from_rank0(model, full: dict, dist: Distributed) -> None:
+    """After fully_shard: every rank's shards of rank 0's `full` state dict (torch.distributed.checkpoint's
+    broadcast_from_rank0), and rank 0's buffers (rotary tables, not in any state dict when non-persistent), so
+    ranks that built the model on the meta device (`load_model`) hold the same model as rank 0."""
+    import torch
+    import torch.distributed
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    on_meta = any(t.is_meta for t in list(model.parameters()) + list(model.buffers()))
+    if not any(dist.all_gather_objects(on_meta)):
+        return  # every rank read the weights itself
+    if on_meta:
+        model.to_empty(device=dist.device)
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for buffer in model.buffers():
+        torch.distributed.broadcast(buffer.data, src=0)
 
 
 def split_by_tokens(lengths: list[int], world_size: int) -> list[list[int]]:

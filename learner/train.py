@@ -65,8 +65,9 @@ def apply_batch(trainer, paths: RunPaths, config: Config, batch: TrainBatch) -> 
             tmp.symlink_to(folder.name)
             tmp.replace(latest)  # atomic: `latest` always names a complete checkpoint
             prune_checkpoints(paths.checkpoints, keep=config.learner.keep_checkpoints, current=folder)
-    # The step account's learner phases (engine/metrics/phases.py): the update, then publishing (and checkpointing).
-    metrics = {**metrics, "learner_update_s": updated - started, "learner_publish_s": time.perf_counter() - updated}
+    # The step account's learner phases (engine/metrics/phases.py): the update, then publishing (and checkpointing);
+    # under model.dtype bfloat16 the published weights' log-prob gap (learner/cast_check.py).
+    metrics = {**metrics, **trainer.cast_check, "learner_update_s": updated - started, "learner_publish_s": time.perf_counter() - updated}
     return metrics, path
 
 

@@ -10,6 +10,12 @@ is trained, and `publish` writes only the adapter (adapter_config.json + adapter
 the base model folder), which the workers apply to the base model they hold (actors/inference/hf.py). The KL
 reference is then the same model with the adapter disabled. LoRA runs on one process only.
 
+Dtypes (`dtype`, the run's `model.dtype`; learner/precision.py): the trained parameters and AdamW's state are
+always fp32 (master weights); `bfloat16` computes under bf16 autocast (and FSDP2 gathers in bf16) and publishes
+bf16 versions, each checked against the learner's log-probs before it goes out (learner/cast_check.py, the gap in
+the metrics); `float32` computes and publishes in fp32. Checkpoints keep fp32. Frozen weights (the KL reference,
+LoRA's base) are held in `dtype`.
+
 The objective is the `[learner.objective]` table (learner/objectives.py). Aggregation (`learner.loss_aggregation`):
 sample_mean, each sample's token mean weighted by its role's weight (`designer_weight` / `agent_weight`), then the
 mean over every sample of the mini-batch, both roles together (the reference; `sample_norm` replaces the batch's
@@ -46,8 +52,8 @@ import torch
 from engine.protocol.config import LearnerConfig
 from engine.protocol.config_loading import check_learner
 from engine.protocol.messages import Sample
-from learner import checkpoint, guards
-from learner.distributed import Distributed, resolve_device, shard_model
+from learner import cast_check, checkpoint, guards, precision
+from learner.distributed import Distributed, load_model, resolve_device, shard_model
 from learner.logprobs import sequence_logprobs
 from learner.objectives import aggregate, token_losses
 from learner.packing import ROLES, Batch, MiniBatch, Row, collate, plan_mini_batches, unpack
@@ -118,7 +124,7 @@ class Trainer:
         dtype: str = "float32",
         distributed: Distributed | None = None,
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         check_learner(config)  # ConfigError; a config read from a run's config.toml has passed it already
         self.config = config
@@ -126,16 +132,22 @@ class Trainer:
         self.device = self.dist.device
         torch.manual_seed(seed)
         self.lora = config.lora_rank > 0
+        self.model_path, self.dtype = model_path, dtype  # dtype: model.dtype, the published and compute dtype
+        compute = precision.compute_dtype(dtype, self.device)  # None: fp32
+        frozen = precision.torch_dtype(dtype)  # the KL reference and LoRA's base never take an update
         if self.lora and self.dist.world_size > 1:
             raise NotImplementedError(
                 f"learner.lora_rank > 0 runs on one process only (learner.world_size is {self.dist.world_size}): "
                 "set learner.world_size = 1 or learner.lora_rank = 0"
             )
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        model = load_model(model_path, self.dist, dtype=frozen if self.lora else torch.float32)  # rank 0 reads it once
+        if config.activation_checkpointing:  # each decoder layer recomputed in backward (learner/memory_plan.py)
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if self.lora:
             model = _wrap_lora(model, config)
+        precision.require_fp32_masters(model)
         model.train()
-        self.model = shard_model(model, self.dist)
+        self.model = shard_model(model, self.dist, compute_dtype=compute)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.optimizer = torch.optim.AdamW(
             param_groups(self.model, config.weight_decay), lr=config.learning_rate, betas=tuple(config.betas),
@@ -145,11 +157,13 @@ class Trainer:
         if config.objective.kl_coef > 0 and self.lora:  # the base model: the policy with its adapter disabled
             self.reference = _AdapterDisabled(self.model)
         elif config.objective.kl_coef > 0:  # a frozen copy of the initial model for the KL term
-            reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).eval()
+            reference = load_model(model_path, self.dist, dtype=frozen).eval()
             reference.requires_grad_(False)
-            self.reference = shard_model(reference, self.dist, frozen=True)
-        # bf16 autocast where the hardware has it (fp32 master weights and log-softmax); plain fp32 on CPU.
-        self.autocast = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
+            self.reference = shard_model(reference, self.dist, frozen=True, compute_dtype=compute)
+        # model.dtype bfloat16: bf16 autocast, on CUDA and CPU (fp32 master weights and log-softmax); float32: plain fp32.
+        self.autocast = compute is not None
+        self.probe = None  # what the next publish's cast check scores (learner/cast_check.py)
+        self.cast_check: dict[str, float] = {}  # the last publish's log-prob gap; {} for float32
         self.version = 0  # published policy versions
         self.updates = 0  # update() calls that took at least one optimizer step
         self.optimizer_steps = 0
@@ -167,6 +181,7 @@ class Trainer:
         rows = [unpack(s) for s in samples]
         with_kl = self.reference is not None  # a zero-advantage sample's KL term still has a gradient
         trainable = [i for i, r in enumerate(rows) if r.mask.any() and (r.advantage != 0.0 or with_kl)]
+        self.probe = cast_check.probe_from_rows(rows, trainable) or self.probe
         plan = plan_mini_batches(rows, set(trainable), mini_batches=self.config.mini_batches, world_size=self.dist.world_size,
                                  micro_batch_tokens=self.config.micro_batch_tokens, sample_norm=sample_norm,
                                  micro_batch_padding=self.config.micro_batch_padding)
@@ -365,18 +380,21 @@ class Trainer:
 
     # ------------------------------------------------------------------ publishing and checkpoints
     def publish(self, policy_dir: Path, keep: int) -> Path:
-        """Write the current weights as policy version `version + 1` and return its folder (every rank calls it)."""
+        """Write the current weights as policy version `version + 1` in `model.dtype` and return its folder (every
+        rank calls it). Under bfloat16 the folder is checked before it is published (`self.cast_check`)."""
         guards.check_publishable(self)  # NonFiniteWeights rather than a NaN policy
         self.version += 1
         final = Path(policy_dir) / f"v{self.version:06d}"
+        tmp = final.with_name(f".tmp-v{self.version:06d}")
         weights = None if self.lora else checkpoint.full_model_state_dict(self)  # a collective under FSDP
         if self.dist.is_main:
-            tmp = final.with_name(f".tmp-v{self.version:06d}")
             shutil.rmtree(tmp, ignore_errors=True)
             if self.lora:
                 checkpoint.save_adapter_folder(self, tmp)
             else:
-                checkpoint.save_model_folder(self, tmp, weights)
+                checkpoint.save_model_folder(self, tmp, weights, dtype=self.dtype)
+        self.cast_check = cast_check.cast_gap(self, tmp)  # CastGapTooLarge before anything is published
+        if self.dist.is_main:
             if final.exists():  # published by a run that stopped before its next checkpoint; recomputed bit-for-bit
                 stale = final.with_name(f".stale-v{self.version:06d}")
                 shutil.rmtree(stale, ignore_errors=True)

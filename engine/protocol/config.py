@@ -34,7 +34,7 @@ class RunConfig(Section):
 
 class ModelConfig(Section):
     path: str = ""  # local Hugging Face folder; empty: the embedded SmolLM2-135M-Instruct (converted once)
-    dtype: Literal["float32", "bfloat16"] = "float32"  # the weights' dtype in the workers and the learner
+    dtype: Literal["float32", "bfloat16"] = "float32"  # the workers' and published versions' dtype, the learner's compute dtype (its master weights: always fp32)
     # extra arguments of every chat-template render (agent, designer, hint writer, tool use, evaluation), TOML
     # scalars only; e.g. {enable_thinking = false} for Qwen3's hybrid template (an empty think block in each prompt)
     chat_template_kwargs: dict[str, object] = msgspec.field(default_factory=dict)
@@ -154,6 +154,10 @@ class LearnerConfig(Section):
     # A micro-batch closes before its padding (rows x longest, less its tokens) passes this share of its padded size:
     # padded positions cost a full forward and backward; 1.0: only micro_batch_tokens splits (the update is the same).
     micro_batch_padding: float = 0.1
+    # Recompute each decoder layer's activations during backward instead of keeping them (a layer keeps only its
+    # input): the activations of a micro-batch shrink by ~35x at 4B width for one more forward's compute. Off on
+    # CPU (the default's sizes fit; it costs time), on in `paper` (32k-token micro-batches; learner/memory_plan.py).
+    activation_checkpointing: bool = False
     # sample_mean: each sequence's token mean, then the mean over every sequence of the (mini-)batch, both roles
     # together (the reference); role_token_mean: one token mean per role, the role losses summed (so one designer
     # sample weighs as much as many agent samples).
@@ -172,7 +176,7 @@ class LearnerConfig(Section):
     keep_checkpoints: int = 2  # the newest N checkpoint folders stay on disk; 0: all
     simulated_update_s: float = 0.0  # benchmarks only: sleep this long instead of updating (messages, publishing stay real)
     world_size: int = 1  # learner processes (one per GPU); > 1 runs the learner under torchrun with FSDP2
-    device: Literal["auto", "cuda", "cpu"] = "auto"  # auto: cuda (nccl, bf16 autocast) when available, else cpu (gloo, fp32)
+    device: Literal["auto", "cuda", "cpu"] = "auto"  # auto: cuda (nccl) when available, else cpu (gloo); computes in model.dtype
     gpus: list[int] = msgspec.field(default_factory=list)  # GPUs that train (rank r on gpus[r], world_size of them); empty: 0..N-1
     lora_rank: int = 0  # > 0: train a LoRA adapter of this rank (peft) and publish only the adapter; 0: full fine-tuning
     lora_alpha: float = 16.0  # LoRA scaling: the update is (lora_alpha / lora_rank) * B @ A

@@ -19,12 +19,13 @@ import torch
 import trio
 import zmq
 
-from engine.protocol.config import Config, LearnerConfig, ObjectiveConfig, PlayConfig
+from engine.protocol.config import Config, LearnerConfig, ModelConfig, ObjectiveConfig, PlayConfig
 from engine.protocol.config_loading import check_config, dump_config
 from engine.protocol.messages import LearnerHello, LearnerToEngine, PolicyPublished, Sample, Shutdown, TrainBatch
 from engine.protocol.paths import RunPaths, ensure_private_dir
 from engine.protocol.transport import open_socket
 from engine.peers.processes import learner_command
+from learner.cast_check import MAX_BOUND, MEAN_BOUND
 from learner.distributed import split_by_tokens
 from learner.trainer import Trainer
 from engine.protocol.messages import pack_floats, pack_ints, pack_mask
@@ -148,11 +149,12 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_
 
 
 def test_learner_process_under_torchrun_serves_the_engine_and_resumes(tiny_model_path, tmp_path):
-    """`learner_command` with world_size 2: hello, one batch (checkpointed), shutdown; a restart resumes."""
+    """`learner_command` with world_size 2: hello, one batch (checkpointed), shutdown; a restart resumes. Under
+    model.dtype bfloat16: FSDP2 gathers in bf16 over gloo, the version is published in bf16 and checked."""
     paths = RunPaths(tmp_path / "run")
     paths.root.mkdir()
     learner = LearnerConfig(lora_rank=0, world_size=2, device="cpu", threads=1, learning_rate=1e-4, mini_batches=2, micro_batch_tokens=24)
-    config = Config(learner=learner, play=PlayConfig(max_context_tokens=24))  # a micro-batch holds the longest episode
+    config = Config(learner=learner, play=PlayConfig(max_context_tokens=24), model=ModelConfig(dtype="bfloat16"))  # a micro-batch holds the longest episode
     check_config(config)  # as the learner process will when it reads config.toml
     paths.config.write_text(dump_config(config))
     paths.update_meta(model_path=tiny_model_path)
@@ -187,6 +189,15 @@ def test_learner_process_under_torchrun_serves_the_engine_and_resumes(tiny_model
         assert isinstance(published, PolicyPublished) and published.version == 1 and published.step == 4
         assert published.metrics["world_size"] == 2.0 and published.metrics["trained_samples"] == 5.0
         assert Path(published.path) == paths.policy_version_dir(1) and (paths.checkpoints / "latest" / "trainer_state.pt").is_file()
+        # FSDP2 gathers every weight in bf16 (norms and embeddings too): the learner computes as the bf16 workers do
+        assert published.metrics["cast_probe_tokens"] > 0 and published.metrics["cast_logprob_gap_max"] <= MAX_BOUND
+        assert 0 <= published.metrics["cast_logprob_gap_mean"] <= MEAN_BOUND
+        from safetensors import safe_open
+
+        with safe_open(paths.policy_version_dir(1) / "model.safetensors", framework="pt") as f:
+            assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
+        with safe_open(paths.checkpoints / "latest" / "model.safetensors", framework="pt") as f:
+            assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F32"}  # the fp32 masters
         hello, _ = trio.run(engine, None)
         assert hello.policy_version == 1 and hello.policy_path == str(paths.policy_version_dir(1))
     except BaseException:
@@ -194,7 +205,65 @@ def test_learner_process_under_torchrun_serves_the_engine_and_resumes(tiny_model
         raise
 
 
-def _worker(model_path: str, batch_file: str, config_file: str, out: str) -> None:
+def test_two_gloo_processes_with_mixed_precision_and_checkpointing(tiny_model_path, tmp_path):
+    """The GPU configuration's code path on CPU: model.dtype bfloat16 (FSDP2 MixedPrecisionPolicy: bf16 gathers over
+    fp32 shards, fp32 gradient sums; bf16 autocast in the single process), activation checkpointing, ranks > 0
+    building the model on the meta device and receiving rank 0's weights (learner/distributed.py load_model): the
+    losses equal the single process's within bf16's resolution, and the published bf16 folder loads in the
+    transformers backend."""
+    from actors.inference.hf import load_model
+    from learner.logprobs import token_logprobs
+
+    config = msgspec.structs.replace(CONFIG, activation_checkpointing=True)
+    samples = make_samples()
+    single = Trainer(tiny_model_path, config, dtype="bfloat16")
+    assert single.model.is_gradient_checkpointing
+    single_metrics = single.update(samples)
+    two = _run_two_ranks(tiny_model_path, tmp_path, samples, config, "bfloat16")
+    metrics = json.loads((two / "metrics.json").read_text())
+    for name in ("loss", "loss_agent", "loss_designer", "grad_norm", "kl_ref"):
+        # bf16 matmuls summed in another order: bf16 keeps 8 bits, so ~0.4 % relative per rounding
+        assert metrics[name] == pytest.approx(single_metrics[name], rel=3e-2, abs=2e-3), name
+    assert metrics["trained_tokens"] == single_metrics["trained_tokens"] and metrics["world_size"] == 2.0
+
+    published = two / "policy" / "v000001"
+    model = load_model(str(published), dtype="bfloat16")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    ids = torch.tensor([[5, 17, 99, 3, 250, 7]])
+    with torch.no_grad():
+        got = token_logprobs(model, ids, torch.ones_like(ids), 1.0)
+        want = token_logprobs(load_model(str(published), dtype="float32"), ids, torch.ones_like(ids), 1.0)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, rtol=0, atol=0.1)
+
+
+def _run_two_ranks(model_path: str, tmp_path: Path, samples, config: LearnerConfig, dtype: str) -> Path:
+    """This file's worker on 2 gloo ranks under torchrun; returns its output folder."""
+    batch_file = tmp_path / "batch.msgpack"
+    batch_file.write_bytes(msgspec.msgpack.encode(samples))
+    config_file = tmp_path / "learner.json"
+    config_file.write_bytes(msgspec.json.encode(config))
+    env = {
+        **os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+    }
+    argv = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+        __file__, model_path, str(batch_file), str(config_file), str(tmp_path / "two"), dtype,
+    ]
+    child = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = child.communicate(timeout=180)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)  # torchrun and its ranks, by the handle's group
+            child.wait()
+    assert child.returncode == 0, output[-4000:]
+    return tmp_path / "two"
+
+
+def _worker(model_path: str, batch_file: str, config_file: str, out: str, dtype: str = "float32") -> None:
     from learner.distributed import init_distributed
 
     torch.set_num_threads(1)
@@ -202,7 +271,7 @@ def _worker(model_path: str, batch_file: str, config_file: str, out: str) -> Non
     try:
         config = msgspec.json.decode(Path(config_file).read_bytes(), type=LearnerConfig)
         samples = msgspec.msgpack.decode(Path(batch_file).read_bytes(), type=list[Sample])
-        trainer = Trainer(model_path, config, distributed=dist)
+        trainer = Trainer(model_path, config, dtype=dtype, distributed=dist)
         metrics = trainer.update(samples)
         folder = Path(out)
         (folder / "policy").mkdir(parents=True, exist_ok=True)
