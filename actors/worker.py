@@ -32,6 +32,7 @@ import zmq
 from actors.remote import PolicyFetcher, PolicyFollower, join_remote, wants_fetch
 from engine.protocol.config_loading import read_config_file
 from engine.protocol.devices import cpu_share, pin_process
+from engine.protocol.placement import apply_worker_placement
 from engine.protocol.errors import InputError, RunFailed, UsageError, describe_failure
 from engine.protocol.keys import (
     IPC_SECRET_FILE,
@@ -56,8 +57,11 @@ from engine.protocol.messages import (
     PolicyManifest,
     PolicyUpdate,
     Shutdown,
+    Sleep,
+    Slept,
     TaskFailed,
     ValidateTask,
+    WakeUp,
     WorkerBye,
     WorkerHello,
 )
@@ -137,11 +141,13 @@ async def run_worker(opts: WorkerOptions) -> None:
             model_path = paths.read_model_path()
         import torch
 
+        placed = apply_worker_placement(config)  # started by `up` on a GPU node: its GPUs and share (engine/protocol/placement.py)
         threads, pin = cpu_share(config, "inference")
         if pin is not None:  # only on CPU (cpu_share gives no pin with inference.gpus)
             pin_process(pin)  # the learner runs on the other cores (run.max_staleness > 0: engine/protocol/devices.py)
         torch.set_num_threads(threads)
-        backend = await trio.to_thread.run_sync(build_backend, config, model_path)
+        sleep_mode = placed is not None and placed.sleep_mode  # time-shared: asleep while the learner updates
+        backend = await trio.to_thread.run_sync(lambda: build_backend(config, model_path, sleep_mode=sleep_mode))
         if adapter:
             await trio.to_thread.run_sync(backend.load_weights, adapter, start_version)
         elif start_version:
@@ -162,6 +168,20 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
     await nursery.start(batcher.run)
     follower = PolicyFollower(fetcher, batcher.request_weights, worker_id, loaded=batcher.policy_version)
     nursery.start_soon(follower.run)
+    # Time-shared GPUs: the engine's Sleep / WakeUp, carried out one at a time in the order they came.
+    turns_in, turns = trio.open_memory_channel(16)
+
+    async def take_turns() -> None:
+        async for message in turns:
+            if isinstance(message, Sleep):
+                seconds = await batcher.sleep()
+                print(f"[{worker_id}] asleep for the learner's update (v{batcher.policy_version} loaded; {seconds:.1f} s)", flush=True)
+                await sock.send(Slept(worker_id=worker_id, seconds=seconds))
+            else:
+                await batcher.wake()
+                print(f"[{worker_id}] awake with v{batcher.policy_version}", flush=True)
+
+    nursery.start_soon(take_turns)
     tokenizer = with_chat_template_kwargs(backend.tokenizer, config.model.chat_template_kwargs)  # every render gets them
     busy = 0
     received = 0  # tasks taken off the socket since the last hello (each heartbeat says it: engine/peers/dispatch.py)
@@ -248,6 +268,8 @@ async def _serve(sock, nursery, opts: WorkerOptions, config, backend, pool, fetc
                     batcher.request_weights(version, path)
             case PolicyManifest() | PolicyChunk() | FetchFailed():
                 fetcher.deliver(message)
+            case Sleep() | WakeUp():  # after this socket's PolicyUpdate, so a wake loads that version first
+                await turns_in.send(message)
             case HelloAgain():  # an engine that does not know us (it restarted): join it
                 print(f"[{worker_id}] the engine asked for a new hello (it restarted?); joining again", flush=True)
                 received = 0  # the engine counts its sends from the hello

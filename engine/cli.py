@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--setting", choices=["games", "tool-use"], help="games (default) or tool-use: the designer writes "
                     "tool APIs and instructions, the agent calls tools (curriculum.setting, and the tool-use skills)")
     up.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override one config value")
-    up.add_argument("--model", help="a local Hugging Face model folder (default: the embedded SmolLM2-135M-Instruct)")
+    up.add_argument("--model", help="a local Hugging Face model folder, or a hub id such as Qwen/Qwen3-4B (fetched once "
+                    "into the Hugging Face cache) (default: the embedded SmolLM2-135M-Instruct)")
     up.add_argument("--corpus", help="JSONL with `text`/`orig_doc`, or a folder of .txt files (default: shipped corpus)")
     up.add_argument("--run-dir", help="where the run writes everything (default: runs/<date-time>)")
     up.add_argument("--no-live", action="store_true", help="plain log lines instead of the live status line")
@@ -151,16 +152,19 @@ def _resolve_paths(config) -> None:
         ("model", "path"), ("curriculum", "corpus"), ("curriculum", "seeds"), ("curriculum", "fixed_envs"),
         ("inference", "script"), ("run", "run_dir"), ("eval", "path"),
     )
+    from engine.protocol.model_hub import is_hub_id
+
     for section, key in fields:
         part = getattr(config, section)
-        if getattr(part, key):
-            setattr(part, key, str(user_path(getattr(part, key))))
+        value = getattr(part, key)
+        if value and not ((section, key) == ("model", "path") and is_hub_id(value)):  # a hub id stays as it is
+            setattr(part, key, str(user_path(value)))
 
 
 def cmd_up(args) -> int:
     from engine.protocol.config_loading import dump_config, load_config
     from engine.curriculum import load_corpus
-    from engine.tools.models import ModelError, check_model_folder, ensure_default_model
+    from engine.tools.models import ModelError, check_model_folder, ensure_default_model, resolve_model_folder
 
     if args.resume:
         return _resume(args)
@@ -169,7 +173,12 @@ def cmd_up(args) -> int:
     config = load_config(args.preset, str(user_path(args.config)) if args.config else None, _overrides(args))
     _resolve_paths(config)
     load_corpus(config.curriculum.corpus or None)
-    model_path = check_model_folder(config.model.path) if config.model.path else None
+    # A hub id is fetched once and stands for its snapshot folder from here on (config.toml and run.json name the
+    # folder: the workers, the learner and --resume never go to the network).
+    model_path = resolve_model_folder(config.model.path) if config.model.path else None
+    model_given = config.model.path
+    if model_path is not None:
+        config.model.path = str(model_path)
     seeds = _seeds(config)
     run_dir = Path(config.run.run_dir or user_path(f"runs/{datetime.datetime.now():%Y%m%d-%H%M%S}"))
     check_writable_dir(run_dir, "run directory")
@@ -181,12 +190,42 @@ def cmd_up(args) -> int:
             model_path = check_model_folder(ensure_default_model())
         except ModelError as exc:  # the embedded model, not one the user gave: the run failed, not its input
             raise RunFailed(str(exc)) from None
+    plan = _placement(config, model_path)  # before anything is written: a placement or a learner that cannot fit is one line
     with paths.engine_lock():
         paths.config.write_text(dump_config(config))
         paths.update_meta(model_path=str(model_path), started=datetime.datetime.now().isoformat(), argv=sys.argv[1:])
+        _record_placement(paths, plan)
         print(f"run directory: {paths.root}")
-        print(f"model: {model_path}")
+        print(f"model: {model_given} ({model_path})" if model_given and model_given != str(model_path) else f"model: {model_path}")
         return _run_engine(config, paths, seeds, live=not args.no_live)
+
+
+def _placement(config, model_path):
+    """The placement plan for this node's GPUs (engine/protocol/placement.py; refused in one line when it cannot
+    work), its counts put into `config` (learner.gpus, learner.world_size, worker.count) before config.toml is
+    written. Planned twice on GPUs: once for the learner's GPUs and world size, then with the learner's measured
+    memory (learner/memory_plan.py in a child process; a learner that does not fit is refused there, in one line),
+    which also sizes a time-shared engine's share. On a machine without GPUs nothing changes."""
+    from engine.protocol.placement import apply_plan, measured_learner_memory, plan_placement
+    from engine.tools.learner_memory import check_learner_memory
+
+    plan = plan_placement(config, model_path, check_learner=False)
+    apply_plan(config, plan)
+    if plan.layout == "cpu":
+        return plan
+    record = check_learner_memory(config, model_path)  # None where the learner is not on real GPUs: the estimate
+    plan = plan_placement(config, model_path, learner_mem=measured_learner_memory(record) if record else None)
+    apply_plan(config, plan)
+    return plan
+
+
+def _record_placement(paths, plan) -> None:
+    """The plan in run.json (`placement`; the engine starts its children from it) and on the terminal."""
+    from engine.protocol.placement import format_plan, plan_record
+
+    paths.update_meta(placement=plan_record(plan))
+    if plan.layout != "cpu":
+        print(format_plan(plan))
 
 
 def _seeds(config):
@@ -240,8 +279,10 @@ def _resume(args) -> int:
     seeds = _seeds(config)
     check_writable_dir(paths.root, "run directory")
     _check_resumable(paths)
+    plan = _placement(config, paths.read_meta().get("model_path"))
     with paths.engine_lock():
         paths.config.write_text(dump_config(config))
+        _record_placement(paths, plan)
         print(f"resuming run directory: {paths.root}")
         return _run_engine(config, paths, seeds, live=not args.no_live)
 

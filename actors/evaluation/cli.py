@@ -27,6 +27,7 @@ from actors.evaluation.runner import ModelRef, Progress, evaluate_model
 from actors.evaluation.suites import SUITES, load_suite
 from actors.evaluation.table import build_table, markdown
 from engine.protocol.errors import InputError, describe_failure, leaf_exceptions
+from engine.protocol.model_hub import fetch_hub_model, is_hub_id
 from engine.protocol.paths import read_checkpoint_version
 
 BACKENDS = ("auto", "transformers", "vllm", "scripted", "oracle")
@@ -37,11 +38,17 @@ class EvalInputError(InputError):
 
 
 def resolve_model(text: str, checkpoint: str | None, default_model=None) -> tuple[str, str]:
-    """(label, model folder) of a MODEL_OR_RUN_DIR[@NAME] argument (`default`: the embedded model, via `default_model`)."""
+    """(label, model folder) of a MODEL_OR_RUN_DIR[@NAME] argument (`default`: the embedded model, via `default_model`;
+    a Hugging Face hub id such as Qwen/Qwen3-4B: its snapshot in the Hugging Face cache, fetched once)."""
     if text == "default" and not Path(text).exists():
         if default_model is None:
             raise EvalInputError("`default` (the embedded SmolLM2-135M-Instruct) is known to `bin/spade-engine eval` only")
         return "SmolLM2-135M-Instruct", str(Path(default_model()).resolve())
+    if is_hub_id(text):
+        folder = fetch_hub_model(text, say=lambda line: print(line, file=sys.stderr, flush=True))
+        if not (folder / "config.json").is_file():
+            raise EvalInputError(f"{text}: the Hugging Face cache's snapshot {folder} has no config.json (not a transformers model?)")
+        return text, str(folder)
     base, _, name = text.rpartition("@") if "@" in text and not Path(text).exists() else (text, "", "")
     root = Path(base).expanduser().resolve()
     if not root.is_dir():

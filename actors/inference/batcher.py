@@ -5,6 +5,8 @@
     generation = await batcher.generate(request)      # from any actor task
     batcher.request_weights(version, path)            # applied before the next batch
     await batcher.hold(version, wait_s=60)            # until that version (or a newer one) is loaded
+    seconds = await batcher.sleep()                   # time-shared GPUs: the backend frees its memory; requests wait
+    await batcher.wake()                              # ... it takes it back and loads the pending version first
 
 The backend runs in one worker thread owned by `run`; the request channel is bounded, so actors wait when the
 backend falls behind. A natively concurrent backend (one with `generate_async`) gets each request as it comes.
@@ -14,6 +16,7 @@ version, and a batch of a thread-driven backend never overlaps a load.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import msgspec
@@ -84,6 +87,8 @@ class Batcher:
         self._newest = backend.policy_version  # the newest version loaded, loading or pending
         self._requested = trio.Event()  # set, and replaced, whenever a newer version is requested
         self._lock = trio.Lock()  # held by a weight load, and by a thread-driven batch (generate must not overlap a load)
+        self._awake = trio.Event()  # unset while the backend sleeps (time-shared GPUs): no load and no batch starts
+        self._awake.set()
         self._batches = self._requests = self._tokens = 0
         self._clock = GeneratorClock()
 
@@ -132,8 +137,47 @@ class Batcher:
             await trio.to_thread.run_sync(self.backend.load_weights, path, version)
 
     async def _apply_weights(self) -> None:
-        async with self._lock:
+        async with self._turn():
             await self._load_pending()
+
+    @contextlib.asynccontextmanager
+    async def _turn(self):
+        """`_lock`, taken once the backend is awake (a sleep takes the lock too, so it waits for a batch or a load)."""
+        while True:
+            await self._awake.wait()
+            await self._lock.acquire()
+            if self._awake.is_set():
+                break
+            self._lock.release()  # it fell asleep meanwhile
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    @property
+    def asleep(self) -> bool:
+        return not self._awake.is_set()
+
+    async def sleep(self) -> float:
+        """Free the backend's GPU memory for the learner's update (`backend.sleep`, after the batch or load that is
+        running); until `wake`, no load and no batch starts. Seconds it took (0 when already asleep)."""
+        if self.asleep:
+            return 0.0
+        self._awake = trio.Event()
+        started = time.perf_counter()
+        async with self._lock:
+            await trio.to_thread.run_sync(self.backend.sleep)
+        return time.perf_counter() - started
+
+    async def wake(self) -> None:
+        """Take the GPU memory back (`backend.wake_up`) and load the newest requested version before anything is
+        generated again."""
+        if not self.asleep:
+            return
+        async with self._lock:
+            await trio.to_thread.run_sync(self.backend.wake_up)
+            await self._load_pending()
+        self._awake.set()
 
     async def _serve_one(self, pending: _Pending) -> None:
         # Through the lock: a request that comes while a load runs waits for it, so it is not generated on the old
@@ -170,7 +214,7 @@ class Batcher:
                     batch.append(self._receive.receive_nowait())
                 except trio.WouldBlock:
                     break
-            async with self._lock:  # a load waits for this batch, and this batch for a load (`hold`)
+            async with self._turn():  # a load waits for this batch, and this batch for a load (`hold`) or a sleep
                 await self._load_pending()
                 self._clock.started(len(batch))
                 try:

@@ -7,6 +7,11 @@ A published policy folder is either a full model or, when the learner trains LoR
 only an adapter (adapter_config.json + adapter_model.safetensors). `PolicyLoader` (shared by the backends)
 keeps the base model the worker started with in memory while adapters arrive, and applies each new adapter to
 a fresh copy of it, merged, so generation runs at the base model's speed and only the adapter travels.
+
+Device. `inference_device` picks where it generates (`inference.device`): a GPU when one is visible (the first of
+`inference.gpus`, else GPU 0; this backend runs on one GPU, with no tensor parallelism), else the CPU. Every model
+the loader returns (the base, a full policy, a merged adapter) is moved there, and the input tensors of `generate`
+and `score` follow the model's device.
 """
 
 from __future__ import annotations
@@ -18,12 +23,37 @@ from pathlib import Path
 import torch
 
 from actors.inference.base import Generation, GenerationRequest, InferenceBackend
+from engine.protocol.devices import select_gpus
+from engine.protocol.errors import InputError
 
 
-def load_model(path: str, dtype: str = "float32"):
+class DeviceError(InputError, ValueError):
+    """inference.device names a device this machine does not have."""
+
+
+def inference_device(inference) -> str:
+    """Where the transformers backend generates, from `inference.device` (auto: cuda when a GPU is visible, else
+    cpu) and `inference.gpus` (the first listed GPU is made the only visible one, so it is "cuda:0"; empty: GPU 0).
+    The GPU selection happens before CUDA starts (torch.cuda.is_available fixes the visible devices)."""
+    if inference.device == "cpu":
+        return "cpu"
+    try:
+        select_gpus(inference.gpus[:1], "inference.gpus")
+    except ValueError as exc:
+        raise DeviceError(str(exc)) from None
+    if torch.cuda.is_available():
+        return "cuda:0"
+    if inference.device == "cuda":
+        raise DeviceError("inference.device is cuda but no GPU is visible here: set inference.device = 'auto' or 'cpu'")
+    return "cpu"
+
+
+def load_model(path: str, dtype: str = "float32", device: str = "cpu"):
+    """The causal LM in `path`, in eval mode, with `dtype` weights on `device`."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    model.to(device)
     model.eval()
     return model
 
@@ -36,11 +66,13 @@ def is_adapter_folder(path: str | Path) -> bool:
     return (Path(path) / ADAPTER_CONFIG).is_file()
 
 
-def apply_adapter(base, path: str | Path):
-    """A copy of `base` with the adapter in `path` merged into its weights (`base` itself is left as it was)."""
+def apply_adapter(base, path: str | Path, device: str = "cpu"):
+    """A copy of `base` with the adapter in `path` merged into its weights (`base` itself is left as it was), on
+    `device` (the copy is made where `base` is; the adapter's weights are moved to it)."""
     from peft import PeftModel
 
     model = PeftModel.from_pretrained(copy.deepcopy(base), str(path)).merge_and_unload()
+    model.to(device)
     model.eval()
     return model
 
@@ -50,23 +82,25 @@ class PolicyLoader:
 
     The base is the model at `base_path` (the one the worker started with); it is dropped once a full model
     arrives (full fine-tuning: no second copy is held) and reloaded from `base_path` if an adapter comes later.
+    Every model it returns, and the base it keeps, is on `device`.
     """
 
-    def __init__(self, base_path: str, dtype: str = "float32"):
+    def __init__(self, base_path: str, dtype: str = "float32", device: str = "cpu"):
         self.base_path = base_path
         self.dtype = dtype
+        self.device = device
         self.base = None
 
     def load_base(self):
-        self.base = load_model(self.base_path, self.dtype)
+        self.base = load_model(self.base_path, self.dtype, self.device)
         return self.base
 
     def load(self, path: str):
         if is_adapter_folder(path):
             base = self.base if self.base is not None else self.load_base()
-            return apply_adapter(base, path)
+            return apply_adapter(base, path, self.device)
         self.base = None
-        return load_model(path, self.dtype)
+        return load_model(path, self.dtype, self.device)
 
 
 def load_tokenizer(path: str):
@@ -97,11 +131,12 @@ def sampled_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: fl
 class TransformersBackend(InferenceBackend):
     name = "transformers"
 
-    def __init__(self, model_path: str, *, dtype: str = "float32", seed: int = 0):
+    def __init__(self, model_path: str, *, dtype: str = "float32", seed: int = 0, device: str = "cpu"):
         self._tokenizer = load_tokenizer(model_path)
-        self.loader = PolicyLoader(model_path, dtype)
+        self.loader = PolicyLoader(model_path, dtype, device)
         self.model = self.loader.load_base()
         self.dtype = dtype
+        self.device = device
         self.stop_ids = stop_token_ids(self._tokenizer)
         torch.manual_seed(seed)
 
@@ -109,8 +144,27 @@ class TransformersBackend(InferenceBackend):
     def tokenizer(self):
         return self._tokenizer
 
+    def sleep(self) -> None:
+        """Time-shared GPUs: the model (and the base kept for LoRA adapters) to host RAM while the learner updates,
+        its GPU memory released; a no-op on the CPU."""
+        self._move("cpu")
+
+    def wake_up(self) -> None:
+        """Back onto the GPU `sleep` took the model from."""
+        self._move(self.device)
+
+    def _move(self, device: str) -> None:
+        if self.device == "cpu":
+            return
+        for model in {id(m): m for m in (self.model, self.loader.base) if m is not None}.values():
+            model.to(device)
+        if device == "cpu":
+            torch.cuda.empty_cache()
+
     def load_weights(self, path: str, version: int) -> None:
-        """The policy published at `path`: a full model folder, or a LoRA adapter applied to the base model."""
+        """The policy published at `path`: a full model folder, or a LoRA adapter applied to the base model. The
+        current model is let go first, so a GPU never holds the old and the new policy at once."""
+        self.model = None
         self.model = self.loader.load(path)
         self.policy_version = version
 

@@ -55,6 +55,58 @@ CPU_KV_CACHE_GB = 1.0
 # vLLM logs to stdout by default; ours is for results (`eval --json` prints its table there), so its lines go to stderr
 os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
+# Every vLLM surface this module relies on, in one place: (kind, module, name, the names used of it). The contract test
+# (tests/actors/inference/test_vllm_contract.py) checks each row against the installed vLLM, and that every vLLM import,
+# engine/worker/sampler attribute and VLLM_* variable this file uses has a row: a new call without a row fails there.
+# The pyproject `gpu` extra admits only versions where these were checked (the reasons are in its comment).
+# kinds:  call    a callable whose signature has these parameters (a class: its constructor's)
+#         values  a Literal type alias that admits these values
+#         keys    a TypedDict with these keys
+#         attrs   a class whose source assigns these instance attributes (`self.<name> =`)
+#         member  an attribute that must exist (an enum member, a method of a lazily made object)
+#         env     an environment variable vLLM reads (vllm.envs.environment_variables)
+VLLM_SURFACES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("call", "vllm", "AsyncEngineArgs", (
+        "model", "dtype", "seed", "enable_prefix_caching", "logprobs_mode", "worker_extension_cls", "tensor_parallel_size",
+        "gpu_memory_utilization", "kv_cache_memory_bytes", "max_model_len", "enforce_eager", "disable_log_stats",
+        "enable_sleep_mode")),
+    ("values", "vllm.config.model", "LogprobsMode", ("raw_logprobs",)),
+    ("call", "vllm.v1.engine.async_llm", "AsyncLLM.from_engine_args", ("engine_args",)),
+    ("call", "vllm.v1.engine.async_llm", "AsyncLLM.generate", ("prompt", "sampling_params", "request_id")),
+    ("call", "vllm.v1.engine.async_llm", "AsyncLLM.collective_rpc", ("method", "timeout", "args")),
+    ("call", "vllm.v1.engine.async_llm", "AsyncLLM.pause_generation", ("mode", "clear_cache")),
+    ("values", "vllm.v1.engine", "PauseMode", ("wait",)),
+    ("call", "vllm.v1.engine.async_llm", "AsyncLLM.reset_prefix_cache", ()),
+    ("call", "vllm.v1.engine.async_llm", "AsyncLLM.resume_generation", ()),
+    ("call", "vllm.v1.engine.async_llm", "AsyncLLM.sleep", ("level",)),  # time-shared GPUs: sleep / wake_up (below)
+    ("call", "vllm.v1.engine.async_llm", "AsyncLLM.wake_up", ()),
+    ("call", "vllm.v1.engine.async_llm", "AsyncLLM.shutdown", ()),
+    ("call", "vllm", "SamplingParams", (
+        "temperature", "top_p", "top_k", "max_tokens", "stop_token_ids", "logprobs", "detokenize", "output_kind")),
+    ("member", "vllm.sampling_params", "RequestOutputKind.FINAL_ONLY", ()),
+    ("keys", "vllm.inputs", "TokensPrompt", ("prompt_token_ids",)),
+    ("call", "vllm.outputs", "RequestOutput", ("outputs",)),
+    ("call", "vllm.outputs", "CompletionOutput", ("token_ids", "finish_reason", "logprobs")),
+    ("call", "vllm.logprobs", "Logprob", ("logprob",)),
+    ("member", "vllm.platforms", "current_platform.is_cpu", ()),
+    # worker side (SpadeWorkerExtension runs inside vLLM's V1 worker; the CPU worker and runner subclass these)
+    ("call", "vllm.v1.worker.gpu_worker", "Worker.reload_weights", ()),  # forwards (*args, **kwargs) to the runner's
+    ("call", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner.reload_weights", ("weights_path",)),
+    ("attrs", "vllm.v1.worker.gpu_worker", "Worker", ("model_runner",)),
+    ("attrs", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner", ("sampler", "model")),
+    ("attrs", "vllm.model_executor.layers.vocab_parallel_embedding", "VocabParallelEmbedding", ("quant_method",)),
+    ("call", "vllm.model_executor.layers.vocab_parallel_embedding", "UnquantizedEmbeddingMethod.process_weights_after_loading", ("layer",)),
+    # the V1 sampler that _LearnerLogprobSampler extends: forward calls self.compute_logprobs(logits) in raw_logprobs mode
+    ("call", "vllm.v1.sample.sampler", "Sampler", ("logprobs_mode",)),
+    ("attrs", "vllm.v1.sample.sampler", "Sampler", ("logprobs_mode",)),
+    ("call", "vllm.v1.sample.sampler", "Sampler.forward", ("logits", "sampling_metadata")),
+    ("call", "vllm.v1.sample.sampler", "Sampler.compute_logprobs", ("logits",)),
+    ("call", "vllm.v1.sample.metadata", "SamplingMetadata", ("temperature",)),
+    ("env", "vllm.envs", "VLLM_USE_V2_MODEL_RUNNER", ()),
+    ("env", "vllm.envs", "VLLM_CPU_OMP_THREADS_BIND", ()),
+    ("env", "vllm.envs", "VLLM_LOGGING_STREAM", ()),
+)
+
 
 class VLLMMissing(InputError, RuntimeError):
     """inference.backend = "vllm" where vLLM is not installed."""
@@ -81,8 +133,10 @@ class WeightSyncError(RunFailed, RuntimeError):
 class VLLMBackend(InferenceBackend):
     name = "vllm"
 
-    def __init__(self, model_path: str, inference, *, dtype: str = "float32", seed: int = 0):
+    def __init__(self, model_path: str, inference, *, dtype: str = "float32", seed: int = 0, sleep_mode: bool = False):
         require_vllm()
+        self.sleep_mode = sleep_mode and not _on_cpu()  # time-shared GPUs (`sleep`); the CPU build has no sleep mode
+        self._asleep = False
         os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # the sampler `_LearnerLogprobSampler` extends
         if not inference.gpus and _on_cpu():
             # The CPU build binds its threads to cores and by default leaves one core out: use the cores this process
@@ -136,6 +190,7 @@ class VLLMBackend(InferenceBackend):
             max_model_len=inference.max_model_len or None,
             enforce_eager=inference.enforce_eager,
             disable_log_stats=True,
+            enable_sleep_mode=self.sleep_mode,
         )
         return AsyncLLM.from_engine_args(args)
 
@@ -249,6 +304,8 @@ class VLLMBackend(InferenceBackend):
 
     async def _swap(self, path: str, version: int) -> None:
         async with self._swapping:  # one swap at a time; a version not newer than the loaded one is skipped
+            if self._asleep:
+                raise RuntimeError("weights loaded into a sleeping engine (the batcher wakes it first)")
             if version > self.policy_version:
                 await self._swap_now(path, version)
 
@@ -263,6 +320,49 @@ class VLLMBackend(InferenceBackend):
         await asyncio.wait_for(engine.resume_generation(), limit)
         self.policy_version = version
         self._open.set()
+
+    # ------------------------------------------------------------------ time-shared GPUs
+    def sleep(self) -> None:
+        """Free the GPU for the learner's update: admission closes, the requests in flight finish, then vLLM's sleep
+        level 1 (weights to host RAM, KV cache and prefix cache dropped). Without sleep mode (the CPU build) only
+        admission closes. Requests wait until `wake_up`; raises WeightSyncError as a failed update does."""
+        self._in_engine(self._sleep(), "going to sleep")
+
+    def wake_up(self) -> None:
+        """Take the GPU memory back and reopen admission; the batcher then loads the new policy before generating."""
+        self._in_engine(self._wake(), "waking up")
+
+    def _in_engine(self, coroutine, what: str) -> None:
+        if self._broken is not None:
+            coroutine.close()
+            raise WeightSyncError(f"the vLLM backend failed an earlier weight update: {self._broken}")
+        try:
+            self._call(coroutine, self.request_timeout_s + self.sync_timeout_s)
+        except BaseException as exc:
+            self._broken = exc
+            self._loop.call_soon_threadsafe(self._open.set)  # waiting requests fail instead of hanging
+            raise WeightSyncError(f"vLLM failed {what}: {type(exc).__name__}: {exc}") from exc
+
+    async def _sleep(self) -> None:
+        async with self._swapping:
+            if self._asleep:
+                return
+            engine, limit = self._engine, self.sync_timeout_s
+            self._open.clear()
+            await asyncio.wait_for(self._idle.wait(), self.request_timeout_s)  # nothing in flight: nothing aborted
+            if self.sleep_mode:
+                await asyncio.wait_for(engine.sleep(level=1), limit)
+            self._asleep = True
+
+    async def _wake(self) -> None:
+        async with self._swapping:
+            if not self._asleep:
+                return
+            engine, limit = self._engine, self.sync_timeout_s
+            if self.sleep_mode:
+                await asyncio.wait_for(engine.wake_up(), limit)  # resumes scheduling once every allocation is back
+            self._asleep = False
+            self._open.set()
 
     def close(self) -> None:
         """Shut the engine (its processes are ended) and the loop down; safe to call twice."""

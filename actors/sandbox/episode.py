@@ -1,7 +1,11 @@
 """One environment instance in one sandbox worker: what a player drives, obtained from `SandboxPool.open_episode`.
 
-Every call has the step's time limit, cut to what is left of the episode's; a failure of any kind is kept, and
-later calls raise it again, so the pool can count it and retire the worker.
+Every call has the step's time limit (`sandbox.step_timeout_s`), cut to what is left of the episode's own clock
+(`sandbox.episode_timeout_s`), which counts only the time spent inside calls into the environment (load, reset,
+step, tool calls), not the time between them, when the player waits for the model: a slow or busy generator does
+not end plays. The whole play's wall clock, model waits included, has its own generous bound
+(`sandbox.play_timeout_s`, kept by `SandboxPool.open_episode`), so a play stuck anywhere still ends. A failure of any
+kind is kept, and later calls raise it again, so the pool can count it and retire the worker.
 """
 
 from __future__ import annotations
@@ -29,6 +33,20 @@ class StepResult(msgspec.Struct, frozen=True):
     info: dict[str, Any]
 
 
+def episode_clock_failure(episode_timeout_s: float) -> EpisodeFailed:
+    """The environment's own time in one episode passed `sandbox.episode_timeout_s` (counted in a step's metrics
+    as `plays_ended_by_clock`: engine/metrics/steps.py reads the words "the episode took longer")."""
+    return EpisodeFailed("timeout", f"the episode took longer than {episode_timeout_s:.3g} s of the environment's "
+                                    f"own time (sandbox.episode_timeout_s; the wait for the model is not counted)")
+
+
+def play_clock_failure(play_timeout_s: float) -> EpisodeFailed:
+    """The whole play, the wait for the model included, passed `sandbox.play_timeout_s` (a stuck play; counted as
+    `plays_ended_by_clock` too: "the play took longer")."""
+    return EpisodeFailed("timeout", f"the play took longer than {play_timeout_s:.3g} s of wall clock, the wait for "
+                                    f"the model included (sandbox.play_timeout_s)")
+
+
 class Episode:
     """One environment instance in one worker; obtained from `SandboxPool.open_episode`."""
 
@@ -36,7 +54,7 @@ class Episode:
         self._pool = pool
         self._worker = worker
         self._max_turns = max_turns
-        self._deadline = trio.current_time() + pool.config.episode_timeout_s
+        self.env_seconds = 0.0  # time spent inside calls into the environment: what episode_timeout_s bounds
         self._failure: EpisodeFailed | None = None
         self.class_name = ""
         self.has_solution = False
@@ -57,12 +75,12 @@ class Episode:
         worker = self._worker
         config = self._pool.config
         await trio.lowlevel.checkpoint()
-        episode_left = self._deadline - trio.current_time()
+        episode_left = config.episode_timeout_s - self.env_seconds
         if episode_left <= 0:
-            raise self._fail(EpisodeFailed("timeout", f"the episode took longer than "
-                                                      f"{config.episode_timeout_s:.3g} s"))
+            raise self._fail(episode_clock_failure(config.episode_timeout_s))
         limit = min(config.step_timeout_s if timeout_s is None else timeout_s, episode_left)
         worker.trusted = False  # until a whole reply is back: a cancellation in between leaves it unusable
+        started = trio.current_time()
         try:
             if not sent:
                 worker.start_request(message)
@@ -72,13 +90,14 @@ class Episode:
                     reply = await worker.finish_request()
                 if scope.cancelled_caught:
                     if episode_left <= limit:
-                        raise EpisodeFailed("timeout", f"the episode took longer than "
-                                                       f"{config.episode_timeout_s:.3g} s")
+                        raise episode_clock_failure(config.episode_timeout_s)
                     raise EpisodeFailed("timeout", f"the call took longer than {limit:.3g} s")
         except WorkerGone as gone:
             raise self._fail(gone.failure) from None
         except EpisodeFailed as failure:
             raise self._fail(failure) from None
+        finally:
+            self.env_seconds += trio.current_time() - started
         worker.trusted = True
         if isinstance(reply, protocol.Failed):
             kind = reply.kind if reply.kind in FAILURE_KINDS else "protocol"

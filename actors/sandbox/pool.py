@@ -23,7 +23,7 @@ import msgspec
 import trio
 
 from actors.sandbox import isolation, protocol
-from actors.sandbox.episode import Episode, StepResult
+from actors.sandbox.episode import Episode, StepResult, play_clock_failure
 from actors.sandbox.errors import EpisodeFailed, IsolationWarning, SandboxUnavailable
 from actors.sandbox.isolation import (
     ALLOWED_MODULES, REQUESTS, STRONGEST, UNCONFINED_READS, IsolationLevel, Wrapping, find_interpreter, resolve_level,
@@ -244,27 +244,34 @@ class SandboxPool:
         Waits while all workers are busy. Raises EpisodeFailed if the source does not load. On exit the worker
         cleans up behind the episode while the caller moves on; with `wait_for_cleanup` the exit waits for
         that and sets `episode.cleanup_problem` to whatever the episode left behind ("" if nothing).
+        The whole play inside, the caller's waits for the model included, lasts at most `play_timeout_s` from here
+        (a stuck play): then whatever it awaits is cancelled and EpisodeFailed("timeout", "the play took longer
+        ...") comes out of the `async with`.
         """
         if self._closed:
             raise trio.ClosedResourceError("the sandbox pool is closed")
         slot = await self._idle_receive.receive()
         episode: Episode | None = None
         try:
-            worker = await self._ready_worker(slot, fresh_worker)
-            self._served += 1
-            episode = Episode(self, worker, max_turns)
-            if worker.ending:  # the Load goes out behind the End: the worker's clean-up and this overlap
-                if not await self._send_load_behind_end(worker, source):
-                    worker.episodes += 1
-                    await episode._load(source, sent=True)
-                    yield episode
-                    return
-                await self._retire(slot)  # the last episode left something behind: a new worker for this one
-                worker = slot.worker = await self._start_worker()
+            with trio.CancelScope(deadline=trio.current_time() + self.config.play_timeout_s) as play_clock:
+                worker = await self._ready_worker(slot, fresh_worker)
+                self._served += 1
                 episode = Episode(self, worker, max_turns)
-            worker.episodes += 1
-            await episode._load(source)
-            yield episode
+                sent = False
+                if worker.ending:  # the Load goes out behind the End: the worker's clean-up and this overlap
+                    sent = not await self._send_load_behind_end(worker, source)
+                    if not sent:
+                        await self._retire(slot)  # the last episode left something behind: a new worker for this one
+                        worker = slot.worker = await self._start_worker()
+                        episode = Episode(self, worker, max_turns)
+                worker.episodes += 1
+                await episode._load(source, sent=sent)
+                yield episode
+            if play_clock.cancelled_caught:
+                failure = play_clock_failure(self.config.play_timeout_s)
+                if episode is not None:
+                    episode._fail(failure)
+                raise failure
         finally:
             with trio.CancelScope(shield=True):
                 await self._release(slot, episode, wait_for_cleanup)

@@ -16,14 +16,15 @@ import msgspec
 from actors.sandbox.isolation import REQUESTS
 from engine.protocol.config import SandboxConfig
 
-LIMITS = ("workers", "step_timeout_s", "memory_mb", "episode_timeout_s", "cpu_seconds", "max_output_bytes",
-          "episodes_per_worker")
+LIMITS = ("workers", "step_timeout_s", "memory_mb", "episode_timeout_s", "play_timeout_s", "cpu_seconds",
+          "max_output_bytes", "episodes_per_worker")
 
 
 class SandboxSettings(msgspec.Struct, frozen=True, kw_only=True):
     workers: int = 2  # sandbox processes: episodes that can run at once
     step_timeout_s: float = 10.0  # one reset/step/tool call
-    episode_timeout_s: float = 120.0  # wall clock from open to close
+    episode_timeout_s: float = 120.0  # the environment's own time in one episode (inside its calls, not between them)
+    play_timeout_s: float = 3600.0  # wall clock from open to close, the wait for the model included (a stuck play)
     memory_mb: int = 1024  # address space of a worker
     cpu_seconds: int = 60  # CPU time of one episode
     max_output_bytes: int = 65536  # one reply of the worker
@@ -38,7 +39,7 @@ class SandboxSettings(msgspec.Struct, frozen=True, kw_only=True):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
         # msgspec does not convert on construction: keep the types the worker and the clocks expect
-        for name, kind in (("workers", int), ("step_timeout_s", float), ("episode_timeout_s", float),
+        for name, kind in (("workers", int), ("step_timeout_s", float), ("episode_timeout_s", float), ("play_timeout_s", float),
                            ("memory_mb", int), ("cpu_seconds", int), ("max_output_bytes", int),
                            ("episodes_per_worker", int)):
             msgspec.structs.force_setattr(self, name, kind(getattr(self, name)))

@@ -11,6 +11,8 @@ slot (a slot left empty is 0); `learnable_share_window` is the paper's (Figure 6
 `run.learnable_window`-step window so far, learnable environments over environment slots.
 A row also lifts the learner's `staleness` (its trained tokens' mean version lag) and the same by role,
 `staleness_agent` and `staleness_designer`, to the top level.
+`plays_ended_by_clock`: of `plays_failed`, the plays a sandbox clock ended (the environment's own time past
+`sandbox.episode_timeout_s`, or the whole play past `sandbox.play_timeout_s`); each keeps its reason in `failure`.
 """
 
 from __future__ import annotations
@@ -59,6 +61,16 @@ class StepOutcome(msgspec.Struct, kw_only=True):
         )
 
 
+# How the sandbox words a play that one of its clocks ended (actors/sandbox/episode.py episode_clock_failure and
+# play_clock_failure; tests/actors/sandbox/test_episode_clocks.py checks the two agree).
+CLOCK_FAILURES = ("timeout: the episode took longer", "timeout: the play took longer")
+
+
+def ended_by_clock(play) -> bool:
+    """Whether a play (a `PlayResult` or an agent `TrajectoryRecord`) was ended by a sandbox clock."""
+    return play.status == "failed" and play.failure.startswith(CLOCK_FAILURES)
+
+
 def step_metrics(o: StepOutcome, *, k: int, env_slots: int, isolation: str) -> dict:
     groups = returns_by_group(o.plays)
     by_arm: dict[str, list[float]] = defaultdict(list)
@@ -85,6 +97,7 @@ def step_metrics(o: StepOutcome, *, k: int, env_slots: int, isolation: str) -> d
         "active_envs": len(env_win),
         "plays": len(o.plays),
         "plays_failed": sum(1 for r in o.plays if r.status == "failed") + sum(1 for r in o.results if isinstance(r, TaskFailed)),
+        "plays_ended_by_clock": sum(1 for r in o.plays if ended_by_clock(r)),
         "win_rate_no_hint": win_rate(by_arm["no_hint"]),
         "win_rate_hint": win_rate(by_arm["hint"]),
         "mean_return_no_hint": mean(by_arm["no_hint"]),

@@ -26,6 +26,7 @@ from engine.peers.flood import MessageBudget
 from engine.peers.policy_transfer import PolicyServer
 from engine.peers.processes import Child, learner_child, supervise, worker_child
 from engine.peers.result_checks import ResultGate
+from engine.peers.time_share import TimeShare
 from engine.protocol.config import Config
 from engine.protocol.containment import uncontained
 from engine.protocol.errors import RunFailed
@@ -45,6 +46,7 @@ from engine.protocol.messages import (
     RunInfo,
     Sample,
     Shutdown,
+    Slept,
     TaskFailed,
     TrainBatch,
     ValidateResult,
@@ -52,13 +54,15 @@ from engine.protocol.messages import (
     WorkerHello,
 )
 from engine.protocol.paths import RunPaths
+from engine.protocol.placement import read_plan, worker_env
 from engine.protocol.transport import MessageSocket, ProtocolError, short_id
 
 
 def lease_deadline_s(task, config) -> float:
-    """How long a worker may hold `task` unanswered: worker.lease_factor x the task's own time bound (an episode's
-    wall clock and a policy load; a design also one generation call)."""
-    bound = config.sandbox.episode_timeout_s + config.inference.sync_timeout_s
+    """How long a worker may hold `task` unanswered: worker.lease_factor x the task's own time bound (a play's
+    wall clock, which the worker ends itself at sandbox.play_timeout_s, and a policy load; a design also one
+    generation call)."""
+    bound = config.sandbox.play_timeout_s + config.inference.sync_timeout_s
     if isinstance(task, DesignTask):
         bound += config.inference.request_timeout_s
     return config.worker.lease_factor * bound
@@ -91,6 +95,14 @@ class Hub:
         self.policy_server: PolicyServer | None = None
         self._progress: dict[str, dict] = {}  # task id -> the progress of its label's run_tasks calls
         self._labels: dict[str, dict] = {}  # label -> its progress while calls under it run
+        # The placement `up` planned and wrote to run.json (engine/protocol/placement.py; None: the CPU as before), and
+        # the time-shared order of sleeps and wakes around each update (engine/peers/time_share.py).
+        self.plan = read_plan(paths.read_meta().get("placement"))
+        self.time_share = TimeShare(
+            self.plan, send=lambda ident, message: self.worker_sock.try_send_to(ident, message),
+            connected=lambda: {ident: state.worker_id for ident, state in self.dispatcher.workers.items()},
+            timeout_s=config.inference.request_timeout_s + config.inference.sync_timeout_s, say=view.line)
+        self._children_started = trio.Event()
 
     # ------------------------------------------------------------------ workers
     async def _receive_workers(self) -> None:
@@ -124,6 +136,7 @@ class Hub:
                     self.view.line(f"worker {short_id(message.worker_id)} joined (backend {short_id(message.backend)}, sandbox {short_id(message.isolation)}, {message.slots} slots)")
                     # Always answered: it tells the worker an engine is there, and which policy is current.
                     self.worker_sock.try_send_to(ident, PolicyUpdate(version=self.policy_version, path=self.policy_path))
+                    self.time_share.joined(ident, message.worker_id)  # time-shared: asleep while the learner updates
                     self._worker_ready.set()
                 case Heartbeat():
                     known = self.dispatcher.workers.get(ident)
@@ -138,6 +151,8 @@ class Hub:
                     self._complete(ident, message)
                 case WorkerBye():
                     self.dispatcher.drop_worker(ident)
+                case Slept() if ident in self.dispatcher.workers:  # time-shared: its engine freed the GPU
+                    self.time_share.slept(ident, self.dispatcher.workers[ident].worker_id)
                 case FetchRunInfo() | FetchManifest() | FetchChunk():  # a worker without the run's files
                     self.policy_server.submit(ident, message)
 
@@ -238,6 +253,9 @@ class Hub:
                     self.policy_path = message.path
                     self.policy_server.known(message.version, message.path)
                     await self.dispatcher.broadcast(PolicyUpdate(version=message.version, path=message.path))
+                    if self.policy_version >= self.target_version and self.time_share.asleep:  # every batch sent is trained
+                        await self.time_share.wake(self.policy_version)
+                        self.paths.update_meta(time_share=self.time_share.counters)
                     self.on_published(message)  # the loop records it (state, metrics row, in-loop evaluation)
                     self._policy_changed.set()
                     self._policy_changed = trio.Event()
@@ -248,6 +266,7 @@ class Hub:
         """Send a batch to the learner; it trains it with version `target_version` and publishes the next.
         `sample_norm`: TrainBatch's (the final flush's per-sample-mean count; 0 for a step's batch)."""
         batch = TrainBatch(step=step, samples=samples, checkpoint=checkpoint, sample_norm=sample_norm)
+        await self.time_share.sleep(self.target_version + 1)  # time-shared: the engines free the GPUs first
         await self.learner_sock.send_to(self._learner_ident, batch)
         self.target_version += 1
 
@@ -278,6 +297,7 @@ class Hub:
             self.view.status("starting the learner and rollout workers (loading the model)")
             await self._learner_ready.wait()
             await self._worker_ready.wait()
+            await self._children_started.wait()
             try:
                 await main()
             finally:
@@ -298,13 +318,31 @@ class Hub:
                        "another worker" + (f" and {state.worker_id} is dropped ({state.timeouts} timed out)" if dropped else ""))
 
     def _start_children(self, nursery) -> None:
+        """The learner and `worker.count` workers, each worker on its GPUs from the plan. Time-shared: the workers
+        first (each engine sizes its KV cache with the GPUs to itself), asleep before the learner loads, awake for
+        the first rollouts (engine/peers/time_share.py)."""
         learner = learner_child(self.paths, self.config.learner.world_size, token=self.bus.token)
         self.children.append(learner)
-        nursery.start_soon(lambda: supervise(learner, restartable=False, max_restarts=0, on_exit=self._child_exit, stopping=lambda: self.stopping))
+        start_learner = lambda: nursery.start_soon(lambda: supervise(learner, restartable=False, max_restarts=0, on_exit=self._child_exit, stopping=lambda: self.stopping))  # noqa: E731
         for i in range(self.config.worker.count):
-            worker = worker_child(self.paths, f"w{i}")
+            worker = worker_child(self.paths, f"w{i}", env=worker_env(self.plan, f"w{i}"))
             self.children.append(worker)
             nursery.start_soon(lambda w=worker: supervise(w, restartable=True, max_restarts=3, on_exit=self._child_exit, stopping=lambda: self.stopping))
+        if not self.time_share.enabled:
+            start_learner()
+            self._children_started.set()
+            return
+
+        async def in_turn() -> None:
+            self.view.status("starting the rollout workers first (time-shared GPUs: each engine sizes its cache alone)")
+            await self.time_share.all_joined()
+            await self.time_share.sleep(self.policy_version)
+            start_learner()
+            await self._learner_ready.wait()
+            await self.time_share.wake(self.policy_version)
+            self._children_started.set()
+
+        nursery.start_soon(in_turn)
 
     def _child_exit(self, child: Child, code: int) -> None:
         self.view.line(f"warning: {child.name} exited with code {code} (log: {child.log})")

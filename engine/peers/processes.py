@@ -82,9 +82,11 @@ def learner_child(paths: RunPaths, world_size: int = 1, token: str = "") -> Chil
     return Child("learner", learner_command(sys.executable, str(paths.root), world_size), paths, env={LEARNER_TOKEN_ENV: token})
 
 
-def worker_child(paths: RunPaths, worker_id: str) -> Child:
+def worker_child(paths: RunPaths, worker_id: str, env: dict[str, str] | None = None) -> Child:
+    """`env`: the worker's placement on a GPU node (engine/protocol/placement.py worker_env: its GPUs, vLLM's memory
+    share, sleep mode); a restarted worker keeps it."""
     argv = [sys.executable, "-m", "actors.worker", "--run-dir", str(paths.root), "--worker-id", worker_id]
-    return Child(f"worker-{worker_id}", argv, paths)
+    return Child(f"worker-{worker_id}", argv, paths, env=env)
 
 
 RESTART_WINDOW_S = 600.0

@@ -33,7 +33,7 @@ class RunConfig(Section):
 
 
 class ModelConfig(Section):
-    path: str = ""  # local Hugging Face folder; empty: the embedded SmolLM2-135M-Instruct (converted once)
+    path: str = ""  # local Hugging Face folder, or a hub id (owner/name: fetched once into the HF cache); empty: the embedded SmolLM2-135M-Instruct (converted once)
     dtype: Literal["float32", "bfloat16"] = "float32"  # the workers' and published versions' dtype, the learner's compute dtype (its master weights: always fp32)
     # extra arguments of every chat-template render (agent, designer, hint writer, tool use, evaluation), TOML
     # scalars only; e.g. {enable_thinking = false} for Qwen3's hybrid template (an empty think block in each prompt)
@@ -187,7 +187,12 @@ class LearnerConfig(Section):
 class SandboxConfig(Section):
     workers: int = 16  # sandbox processes; an episode holds one while it waits for the model, so this bounds episodes in flight
     step_timeout_s: float = 10.0  # one call into an environment (reset, step, a tool) may take this long; longer: it hangs
-    episode_timeout_s: float = 900.0  # wall clock from open to close, including the time waiting for the model
+    # The environment's own time in one episode (inside load, reset, step and tool calls; the wait for the model
+    # between them is not counted, so a busy generator does not end plays); a play past it fails, counted in the
+    # step's plays_ended_by_clock. play_timeout_s: a whole play's wall clock, model waits included, so a stuck one
+    # ends too (the worker's task lease is worker.lease_factor x this).
+    episode_timeout_s: float = 300.0  # (the reference: 300 s per play)
+    play_timeout_s: float = 3600.0
     memory_mb: int = 1024  # address-space limit of each sandbox process
     cpu_seconds: int = 60  # CPU-time limit of each sandbox process
     max_output_bytes: int = 65536  # the largest reply a sandbox process may send (a longer one fails as `limit`)
@@ -199,7 +204,8 @@ class SandboxConfig(Section):
 
 class InferenceConfig(Section):
     # auto: vllm where it imports (bin/spade-engine runs from .venv-vllm on CPU machines; not with LoRA), else
-    # transformers. timed: benchmarks only.
+    # transformers on a CPU machine; on a GPU machine auto without vLLM is an error (say transformers to mean it).
+    # timed: benchmarks only.
     backend: Literal["auto", "transformers", "scripted", "timed", "vllm"] = "auto"
     max_batch: int = 16  # requests batched into one generate call
     batch_wait_s: float = 0.05  # how long the batcher waits for more requests before generating
@@ -215,6 +221,12 @@ class InferenceConfig(Section):
     # vLLM (actors/inference/vllm.py): GPUs that generate (tensor parallel; disjoint from learner.gpus; empty: GPU 0),
     # memory share reserved per GPU, KV cache GiB (0: 1 on CPU, else from the share), context limit (0: the model's).
     gpus: list[int] = msgspec.field(default_factory=list)  # the GPUs that generate
+    # Where generation and training go on a GPU node (engine/protocol/placement.py; `up` prints the plan): split
+    # (generation GPUs cut into groups of tensor_parallel, one worker each; training on the rest), time-shared (the
+    # same GPUs, the engines asleep while the learner updates), auto (none on one GPU or at run.max_staleness = 0, else split).
+    placement: Literal["auto", "split", "time-shared"] = "auto"
+    tensor_parallel: int = 0  # GPUs per generation engine; 0: the fewest whose share of the weights fits (1 for most)
+    device: Literal["auto", "cuda", "cpu"] = "auto"  # the transformers backend's: auto: cuda (the first of gpus, else GPU 0) when available, else cpu
     gpu_memory_utilization: float = 0.85  # the memory share reserved per GPU
     kv_cache_gb: float = 0.0  # the KV cache's size
     max_model_len: int = 0  # the context limit
@@ -235,7 +247,7 @@ class WorkerConfig(Section):
     dead_after_s: float = 60.0  # a worker silent this long is dropped and its tasks requeued
     connect_timeout_s: float = 60.0  # a worker whose hello nobody answers in this long gives up with an error
     max_rejected: int = 3  # a worker whose results fail the engine's checks this many times is dropped (engine/peers/result_checks.py); 0: never
-    # A leased task not answered within lease_factor x its own time bound (a play: sandbox.episode_timeout_s +
+    # A leased task not answered within lease_factor x its own time bound (a play: sandbox.play_timeout_s +
     # inference.sync_timeout_s; a design adds inference.request_timeout_s) is taken back and sent to another worker;
     # a worker that lets max_timeouts of them pass is dropped (0: never). engine/peers/dispatch.py
     lease_factor: float = 2.0

@@ -223,13 +223,22 @@ def check_config(config: Config) -> None:
 
 
 def check_placement(c: Config) -> None:
-    """Generating and training GPUs are disjoint (counts are checked where GPUs are seen: worker and learner start)."""
+    """What the GPU lists say without the node: distinct indices, and generation and training on different GPUs
+    unless `inference.placement = "time-shared"` shares them. The rest needs the node's GPUs and is checked by the
+    placement plan `up` makes (engine/protocol/placement.py): counts, stacked engines, memory."""
     for name, gpus in (("inference.gpus", c.inference.gpus), ("learner.gpus", c.learner.gpus)):
         if any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus):
             raise ConfigError(f"{name} = {gpus}: GPU indices must be distinct and >= 0")
     shared = sorted(set(c.inference.gpus) & set(c.learner.gpus))
-    if shared:
-        raise ConfigError(f"inference.gpus and learner.gpus share GPU {shared}: give generation and training different GPUs")
+    if shared and c.inference.placement != "time-shared":
+        raise ConfigError(f"inference.gpus and learner.gpus share GPU {shared}: give generation and training different GPUs, "
+                          "or set inference.placement = \"time-shared\" to share them (the engines sleep while the learner updates)")
+    if c.inference.tensor_parallel < 0:
+        raise ConfigError(f"inference.tensor_parallel must be >= 0 (got {c.inference.tensor_parallel}; 0: chosen by the plan)")
+    tp = c.inference.tensor_parallel or 1
+    if c.inference.gpus and c.worker.count > 1 and c.worker.count * tp > len(c.inference.gpus):
+        raise ConfigError(f"worker.count = {c.worker.count} engines of {tp} GPU(s) would stack on inference.gpus = {c.inference.gpus}: "
+                          f"set worker.count to at most {len(c.inference.gpus) // tp} (or 1: one engine per GPU group), or list more GPUs")
     if c.learner.gpus and len(c.learner.gpus) != c.learner.world_size:
         raise ConfigError(
             f"learner.gpus names {len(c.learner.gpus)} GPUs but learner.world_size is {c.learner.world_size}: one learner process per GPU"

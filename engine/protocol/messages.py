@@ -175,7 +175,15 @@ class ValidateResult(_Msg, tag="validate_result"):
     seconds: float
 
 
-WorkerToEngine = WorkerHello | Heartbeat | DesignResult | PlayResult | TaskFailed | WorkerBye | FetchRunInfo | FetchManifest | FetchChunk | ValidateResult
+class Slept(_Msg, tag="slept"):
+    """The answer to `Sleep`: the worker's engine has freed its GPU memory (time-shared placement). Taken only from a
+    known worker while the engine waits for it (engine/peers/time_share.py)."""
+
+    worker_id: WorkerId
+    seconds: Annotated[float, msgspec.Meta(ge=0.0, le=1e7)]  # how long going to sleep took (in-flight requests finished first)
+
+
+WorkerToEngine = WorkerHello | Heartbeat | DesignResult | PlayResult | TaskFailed | WorkerBye | FetchRunInfo | FetchManifest | FetchChunk | ValidateResult | Slept
 
 
 # ---------------------------------------------------------------- engine -> worker
@@ -272,7 +280,22 @@ class ValidateTask(_Msg, tag="validate_task"):
     step: int
 
 
-EngineToWorker = DesignTask | PlayTask | PolicyUpdate | HelloAgain | Shutdown | RunInfo | PolicyManifest | PolicyChunk | FetchFailed | ValidateTask
+# The time-shared placement (engine/protocol/placement.py): generation and training take turns on the same GPUs.
+class Sleep(_Msg, tag="sleep"):
+    """Free the GPUs for the learner's update: finish the requests in flight, start no new one, put the engine to
+    sleep (vLLM: weights to host RAM, KV cache dropped), answer `Slept`. Tasks that come meanwhile wait."""
+
+    version: int  # the policy version the learner is about to make (for the logs)
+
+
+class WakeUp(_Msg, tag="wake_up"):
+    """The learner's update is done: wake the engine and load the newest policy (its PolicyUpdate came first)
+    before generating again."""
+
+    version: int  # the newest published version
+
+
+EngineToWorker = DesignTask | PlayTask | PolicyUpdate | HelloAgain | Shutdown | RunInfo | PolicyManifest | PolicyChunk | FetchFailed | ValidateTask | Sleep | WakeUp
 
 
 # ---------------------------------------------------------------- learner -> engine

@@ -3,7 +3,9 @@
 - `default_model_dir()`: where the embedded SmolLM2-135M-Instruct is converted to (once), under
   `$SPADE_ENGINE_CACHE` or `<repo>/.cache/models`.
 - `check_model_folder(path)`: raises `ModelError` with a one-line reason if the folder is not a Hugging Face
-  causal-LM folder (config.json with a model type, weights, tokenizer files).
+  causal-LM folder (config.json with a model type, weights, every shard its index names, tokenizer files).
+- `resolve_model_folder(text)`: `model.path` as a checked local folder: a path as it is, a hub id (`Qwen/Qwen3-4B`)
+  as its snapshot in the Hugging Face cache, fetched once (engine/protocol/model_hub.py).
 - `read_vocab_size(path)`: the model's vocabulary size from its config.json (the bound of every token id).
 """
 
@@ -16,6 +18,7 @@ import sys
 from pathlib import Path
 
 from engine.protocol.errors import InputError
+from engine.protocol.model_hub import fetch_hub_model, is_hub_id
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,9 +50,33 @@ def check_model_folder(path: str | Path) -> Path:
     weights = list(folder.glob("*.safetensors")) + list(folder.glob("pytorch_model*.bin"))
     if not weights:
         raise ModelError(f"model path {folder} holds no weights (*.safetensors or pytorch_model*.bin)")
+    missing = _missing_shards(folder)
+    if missing:
+        raise ModelError(f"model path {folder} lacks {len(missing)} weight file(s) its index names ({', '.join(missing[:3])}): copy or download them again")
     if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")):
         raise ModelError(f"model path {folder} holds no tokenizer (tokenizer.json, tokenizer.model or vocab.json)")
     return folder.resolve()
+
+
+def _missing_shards(folder: Path) -> list[str]:
+    """The weight files the folder's index (model.safetensors.index.json or pytorch_model.bin.index.json) names and
+    the folder lacks (an interrupted download or copy)."""
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (folder / index).is_file():
+            try:
+                shards = json.loads((folder / index).read_text())["weight_map"].values()
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise ModelError(f"model path {folder}: {index} cannot be read ({type(exc).__name__})") from None
+            return sorted({str(s) for s in shards if not (folder / str(s)).is_file()})
+    return []
+
+
+def resolve_model_folder(text: str | Path, say=print) -> Path:
+    """The local model folder `model.path` names, checked: a hub id (owner/name, no such path here) is fetched into
+    the Hugging Face cache once and its snapshot folder returned; anything else is a path (check_model_folder)."""
+    if is_hub_id(text):
+        return check_model_folder(fetch_hub_model(str(text), say=say))
+    return check_model_folder(text)
 
 
 def read_vocab_size(path: str | Path) -> int | None:

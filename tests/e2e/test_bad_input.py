@@ -107,6 +107,13 @@ CASES = {
     "resume a folder that does not exist": (["up", "--resume", "nope"], 2, "error: run directory {cwd}/nope does not exist"),
     "replay a step the run does not have": (["replay", "run", "--step", "999"], 2, "error: no trajectories match --step 999 in {cwd}/run/store (it holds no step yet)"),
     "an unknown option": (["up", "--stepz", "3"], 2, "error: unrecognized arguments: --stepz 3"),
+    "a model folder that does not exist": (["up", "--run-dir", "new", "--model", "nope"], 2, "error: model path {cwd}/nope does not exist"),
+    "a model path that is a file": (["up", "--run-dir", "new", "--model", "a_file"], 2, "error: model path {cwd}/a_file is not a folder"),
+    # owner/name that is no path here is a hub id; offline (HF_HUB_OFFLINE=1) and not cached, it cannot be had
+    "a hub id neither cached nor reachable": (
+        ["up", "--run-dir", "new", "--model", "owner/missing"], 2,
+        "error: model owner/missing is neither a local folder nor in the Hugging Face cache (",
+    ),
 }
 
 

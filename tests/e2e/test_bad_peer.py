@@ -237,7 +237,7 @@ def test_a_worker_that_holds_tasks_and_never_answers_is_timed_out_and_the_run_fi
     run_dir = tmp_path / "run"
     output = tmp_path / "engine.out"
     # deadlines of about 30 s: w0's scripted tasks take seconds even on a busy machine, the silent worker's never end
-    extra = ["--set", "sandbox.episode_timeout_s=30", "--set", "inference.sync_timeout_s=1", "--set", "inference.request_timeout_s=2",
+    extra = ["--set", "sandbox.episode_timeout_s=30", "--set", "sandbox.play_timeout_s=30", "--set", "inference.sync_timeout_s=1", "--set", "inference.request_timeout_s=2",
              "--set", "worker.lease_factor=1", "--set", "worker.max_timeouts=2"]
     with open(output, "w") as out:
         engine = processes.popen(up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=3, extra=extra), stdout=out, stderr=subprocess.STDOUT)

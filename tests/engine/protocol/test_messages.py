@@ -31,12 +31,15 @@ from engine.protocol.messages import (
     RunInfo,
     Sample,
     Shutdown,
+    Sleep,
+    Slept,
     TaskFailed,
     TrainBatch,
     TurnRecord,
     ValidateResult,
     ValidateTask,
     WorkerBye,
+    WakeUp,
     WorkerHello,
     WorkerToEngine,
 )
@@ -120,6 +123,9 @@ EXAMPLES = {
         task_id="t6", worker_id="w2", env_id="t4", valid=False, reason="reset failed", checks=[("reset", False, "boom")],
         sandbox="other_worker", seconds=0.25,
     ),
+    Sleep: Sleep(version=5),
+    Slept: Slept(worker_id="w3", seconds=1.5),
+    WakeUp: WakeUp(version=5),
 }
 
 
