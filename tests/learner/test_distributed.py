@@ -89,35 +89,19 @@ def test_split_by_tokens_balances_and_is_deterministic():
 )
 def test_two_gloo_processes_make_the_single_process_update(tiny_model_path, tmp_path, config):
     samples = make_samples()
-    batch_file = tmp_path / "batch.msgpack"
-    batch_file.write_bytes(msgspec.msgpack.encode(samples))
-    config_file = tmp_path / "learner.json"
-    config_file.write_bytes(msgspec.json.encode(config))
-    env = {
-        **os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-    }
-    argv = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-        __file__, tiny_model_path, str(batch_file), str(config_file), str(tmp_path / "two"),
-    ]
-    child = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    child = _start_two_ranks(tiny_model_path, tmp_path, samples, config, "float32")
     # The single-process run overlaps with the children's start-up (on one thread, beside them).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         single = Trainer(tiny_model_path, config)
         single_metrics = single.update(samples)
-        output, _ = child.communicate(timeout=120)
+    except BaseException:
+        _end(child)
+        raise
     finally:
         torch.set_num_threads(threads)
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)  # torchrun and its ranks, by the handle's group
-            child.wait()
-    assert child.returncode == 0, output[-4000:]
-
-    two = tmp_path / "two"
+    two = _wait_two_ranks(child, timeout=120)
     metrics = json.loads((two / "metrics.json").read_text())
     for name in ("loss", "loss_agent", "loss_designer", "grad_norm", "behaviour_weight_mean", "mismatch_k3", "kl_ref"):
         # float32 sums reduced in another order (Adam's division amplifies them before the second
@@ -239,6 +223,11 @@ def test_two_gloo_processes_with_mixed_precision_and_checkpointing(tiny_model_pa
 
 def _run_two_ranks(model_path: str, tmp_path: Path, samples, config: LearnerConfig, dtype: str) -> Path:
     """This file's worker on 2 gloo ranks under torchrun; returns its output folder."""
+    return _wait_two_ranks(_start_two_ranks(model_path, tmp_path, samples, config, dtype), timeout=180)
+
+
+def _start_two_ranks(model_path: str, tmp_path: Path, samples, config: LearnerConfig, dtype: str) -> subprocess.Popen:
+    """This file's worker on 2 gloo ranks under torchrun (its own process group), writing to tmp_path / "two"."""
     batch_file = tmp_path / "batch.msgpack"
     batch_file.write_bytes(msgspec.msgpack.encode(samples))
     config_file = tmp_path / "learner.json"
@@ -252,15 +241,23 @@ def _run_two_ranks(model_path: str, tmp_path: Path, samples, config: LearnerConf
         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
         __file__, model_path, str(batch_file), str(config_file), str(tmp_path / "two"), dtype,
     ]
-    child = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _wait_two_ranks(child: subprocess.Popen, timeout: float) -> Path:
+    """The ranks' output folder once torchrun exits 0 (ended by its process group if it does not in `timeout`)."""
     try:
-        output, _ = child.communicate(timeout=180)
+        output, _ = child.communicate(timeout=timeout)
     finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)  # torchrun and its ranks, by the handle's group
-            child.wait()
+        _end(child)
     assert child.returncode == 0, output[-4000:]
-    return tmp_path / "two"
+    return Path(child.args[-2])
+
+
+def _end(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        os.killpg(child.pid, signal.SIGKILL)  # torchrun and its ranks, by the handle's group
+        child.wait()
 
 
 def _worker(model_path: str, batch_file: str, config_file: str, out: str, dtype: str = "float32") -> None:
