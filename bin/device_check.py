@@ -18,7 +18,8 @@ Stages (the model is a random Qwen3-0.6B shape built on the spot: hidden 1024, 2
   generation   the transformers backend (actors/inference/hf.py): tokens/s at batch 1, 8, 32, 64 (prompt 256, 128 new)
   learner      Trainer.update (learner/trainer.py, fp32 master weights, bf16 autocast): tokens/s, MFU, peak memory
   logprob_gap  the backend's recorded log-probs against the learner's recomputation of the same tokens (bf16; fp32)
-  fsdp2        the learner under FSDP2 on a one-process NCCL group: tokens/s, and its update equals the plain one
+  fsdp2        the learner under FSDP2 on a one-process NCCL group, then with learner.cpu_offload: tokens/s, peak
+               memory, and each update equal to the plain one
   memory_4b    a full-width slice of Qwen3-4B (hidden 2560, MLP 9728, 32 / 8 heads, head_dim 128, vocab 151,936; 2
                and 4 layers): activation memory per token and layer, with and without activation checkpointing, and
                the 36-layer, 32k-token estimate; the slice's bf16 safetensors publish time, scaled to 4B
@@ -48,9 +49,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 STAGES = ("facts", "model", "generation", "learner", "logprob_gap", "fsdp2", "memory_4b", "vllm", "time_shared")
-# Seconds per stage on a GPU: the non-vLLM stages sum to 450 s, inside the 480 s budget (a lent machine: one H200,
+# Seconds per stage on a GPU: the non-vLLM stages sum to 460 s, inside the 480 s budget (a lent machine: one H200,
 # no vLLM, about 15 minutes of which the start takes some); on the CPU (--dry-run) they are generous for a busy machine.
-GPU_TIMEOUTS = {"facts": 30, "model": 60, "generation": 75, "learner": 90, "logprob_gap": 45, "fsdp2": 90,
+GPU_TIMEOUTS = {"facts": 30, "model": 60, "generation": 75, "learner": 80, "logprob_gap": 45, "fsdp2": 110,
                 "memory_4b": 60, "vllm": 240, "time_shared": 150}
 CPU_TIMEOUTS = {"facts": 120, "model": 180, "generation": 180, "learner": 240, "logprob_gap": 180, "fsdp2": 240,
                 "memory_4b": 240, "vllm": 600, "time_shared": 60}
@@ -118,7 +119,7 @@ def _kill(child: subprocess.Popen) -> None:
 SUMMARY_FIGURES = {  # (stage, field) lifted into the summary line
     "device": ("facts", "device"), "vllm_version": ("facts", "vllm"), "generation_tokens_per_s": ("generation", "tokens_per_s"),
     "train_tokens_per_s": ("learner", "tokens_per_s"), "mfu": ("learner", "mfu"), "logprob_gap": ("logprob_gap", "bf16_mean_abs"),
-    "fsdp2_matches_plain": ("fsdp2", "matches_plain"),
+    "fsdp2_matches_plain": ("fsdp2", "matches_plain"), "cpu_offload_matches_plain": ("fsdp2", "offload_matches_plain"),
     "activation_mb_per_token_4b": ("memory_4b", "estimate_mb_per_token"),
     "activation_mb_per_token_4b_checkpointed": ("memory_4b", "estimate_mb_per_token_checkpointed"),
     "publish_s_4b_bf16": ("memory_4b", "publish_s_4b_estimate"), "vllm_reload_equal": ("vllm", "reload_equal"),
@@ -362,10 +363,10 @@ def _dtype(s: Setup) -> str:
     return "bfloat16" if s.cuda else "float32"
 
 
-def _learner_config(s: Setup):
+def _learner_config(s: Setup, **changes):
     from engine.protocol.config import LearnerConfig
 
-    return LearnerConfig(learning_rate=1e-6, micro_batch_tokens=max(s.length * 8, 2048), device=s.device)
+    return LearnerConfig(learning_rate=1e-6, micro_batch_tokens=max(s.length * 8, 2048), device=s.device, **changes)
 
 
 def stage_learner(s: Setup) -> dict:
@@ -440,14 +441,29 @@ def stage_fsdp2(s: Setup) -> dict:
             raise AssertionError("the learner's model was not sharded")
         first = sharded.update(samples)
         tokens_per_s, _ = measure_training(sharded, samples, s.rounds)
+        del sharded
+        # learner.cpu_offload: fp32 state in (pinned) host RAM, AdamW on the CPU, units copied in for compute
+        offloaded = Trainer(str(s.model_path), _learner_config(s, cpu_offload="on"), dtype=_dtype(s), distributed=Distributed(device_type=s.device))
+        if s.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        offload_first = offloaded.update(samples)
+        offload_peak = torch.cuda.max_memory_allocated() if s.cuda else None
+        offload_tokens_per_s, _ = measure_training(offloaded, samples, s.rounds)
     finally:
         dist.destroy_process_group()
     loss_gap = abs(first["loss"] - plain["loss"])
+    offload_gap = abs(offload_first["loss"] - plain["loss"])
     # bf16 (a GPU): autocast beside the plain model, bf16-gathered weights under FSDP2: equal within bf16's rounding
     tolerance = 3e-2 * max(1.0, abs(plain["loss"])) if _dtype(s) == "bfloat16" else 1e-3
+
+    def matches(update, gap):
+        return bool(gap < tolerance and math.isclose(update["grad_norm"], plain["grad_norm"], rel_tol=2e-2))
+
     return {"backend": backend, "tokens_per_s": round(tokens_per_s, 1), "loss_gap": loss_gap,
             "grad_norm_ratio": first["grad_norm"] / plain["grad_norm"] if plain["grad_norm"] else None,
-            "matches_plain": bool(loss_gap < tolerance and math.isclose(first["grad_norm"], plain["grad_norm"], rel_tol=2e-2))}
+            "matches_plain": matches(first, loss_gap), "offload_tokens_per_s": round(offload_tokens_per_s, 1),
+            "offload_loss_gap": offload_gap, "offload_matches_plain": matches(offload_first, offload_gap),
+            "offload_peak_gib": round(offload_peak / 2**30, 2) if offload_peak is not None else None}
 
 
 def _slice_model(width: dict, layers: int, device: str):

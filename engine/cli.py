@@ -165,6 +165,7 @@ def cmd_up(args) -> int:
     from engine.protocol.config_loading import dump_config, load_config
     from engine.curriculum import load_corpus
     from engine.tools.models import ModelError, check_model_folder, ensure_default_model, resolve_model_folder
+    from engine.tools.node_plan import plan_node, record_plan
 
     if args.resume:
         return _resume(args)
@@ -190,42 +191,14 @@ def cmd_up(args) -> int:
             model_path = check_model_folder(ensure_default_model())
         except ModelError as exc:  # the embedded model, not one the user gave: the run failed, not its input
             raise RunFailed(str(exc)) from None
-    plan = _placement(config, model_path)  # before anything is written: a placement or a learner that cannot fit is one line
+    plan = plan_node(config, model_path)  # before anything is written: a placement or a learner that cannot fit is one line
     with paths.engine_lock():
         paths.config.write_text(dump_config(config))
         paths.update_meta(model_path=str(model_path), started=datetime.datetime.now().isoformat(), argv=sys.argv[1:])
-        _record_placement(paths, plan)
+        record_plan(paths, plan)
         print(f"run directory: {paths.root}")
         print(f"model: {model_given} ({model_path})" if model_given and model_given != str(model_path) else f"model: {model_path}")
         return _run_engine(config, paths, seeds, live=not args.no_live)
-
-
-def _placement(config, model_path):
-    """The placement plan for this node's GPUs (engine/protocol/placement.py; refused in one line when it cannot
-    work), its counts put into `config` (learner.gpus, learner.world_size, worker.count) before config.toml is
-    written. Planned twice on GPUs: once for the learner's GPUs and world size, then with the learner's measured
-    memory (learner/memory_plan.py in a child process; a learner that does not fit is refused there, in one line),
-    which also sizes a time-shared engine's share. On a machine without GPUs nothing changes."""
-    from engine.protocol.placement import apply_plan, measured_learner_memory, plan_placement
-    from engine.tools.learner_memory import check_learner_memory
-
-    plan = plan_placement(config, model_path, check_learner=False)
-    apply_plan(config, plan)
-    if plan.layout == "cpu":
-        return plan
-    record = check_learner_memory(config, model_path)  # None where the learner is not on real GPUs: the estimate
-    plan = plan_placement(config, model_path, learner_mem=measured_learner_memory(record) if record else None)
-    apply_plan(config, plan)
-    return plan
-
-
-def _record_placement(paths, plan) -> None:
-    """The plan in run.json (`placement`; the engine starts its children from it) and on the terminal."""
-    from engine.protocol.placement import format_plan, plan_record
-
-    paths.update_meta(placement=plan_record(plan))
-    if plan.layout != "cpu":
-        print(format_plan(plan))
 
 
 def _seeds(config):
@@ -268,6 +241,7 @@ def _check_resumable(paths: RunPaths) -> None:
 
 def _resume(args) -> int:
     from engine.protocol.config_loading import dump_config, read_config_file
+    from engine.tools.node_plan import plan_node, record_plan
 
     if args.config or args.model or args.corpus or args.run_dir or args.preset != "default":
         raise UsageError("--resume keeps the run's own config: only --steps, --minutes and --set may change it")
@@ -279,10 +253,10 @@ def _resume(args) -> int:
     seeds = _seeds(config)
     check_writable_dir(paths.root, "run directory")
     _check_resumable(paths)
-    plan = _placement(config, paths.read_meta().get("model_path"))
+    plan = plan_node(config, paths.read_meta().get("model_path"))
     with paths.engine_lock():
         paths.config.write_text(dump_config(config))
-        _record_placement(paths, plan)
+        record_plan(paths, plan)
         print(f"resuming run directory: {paths.root}")
         return _run_engine(config, paths, seeds, live=not args.no_live)
 

@@ -19,7 +19,7 @@ Bounds: a mean above MEAN_BOUND (0.25 nats) or a max above MAX_BOUND (3 nats) fa
 before anything is published). A correct cast of a real model stays well below them: SmolLM2-135M-Instruct on the
 CPU, three sampled chat completions of 100-200 tokens, gave a mean of 0.026-0.040 and a max of 0.15-0.19 nats at
 the sampled tokens (0.036-0.045 and 0.38 over every token, prompts included); weights that are not the learner's
-(a wrong cast, a broken tie, a folder that loads something else) are off by nats. Under FSDP2 (world_size > 1)
+(a wrong cast, a broken tie, a folder that loads something else) are off by nats. Under FSDP2 (world_size > 1, or cpu_offload)
 the learner gathers every weight in bf16, so it computes as the workers' transformers backend does and the gap
 is ~0. tests/learner/test_precision.py and test_distributed.py use the same bounds.
 

@@ -52,8 +52,11 @@ _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 def full_model_state_dict(trainer: Trainer) -> dict[str, torch.Tensor] | None:
-    """The unsharded weights on CPU on rank 0 ({} on the others); None for one process (save the model as is)."""
-    if trainer.dist.world_size == 1:
+    """The unsharded weights on CPU on rank 0 ({} on the others); None for a model FSDP2 does not shard (save the
+    model as is). One process under FSDP2 (`learner.cpu_offload`) gathers too: its parameters are DTensors."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(trainer.model, FSDPModule):
         return None
     return get_model_state_dict(trainer.model, options=_GATHER)
 

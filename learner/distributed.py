@@ -2,6 +2,8 @@
 
     dist = init_distributed("auto")      # under torchrun: joins the group (nccl on cuda, gloo on cpu); alone: rank 0 of 1
     model = shard_model(model, dist)     # FSDP2: each decoder layer, then the root; a no-op for one process
+    dist = init_distributed("auto", cpu_offload=True)        # alone: still a group (of one), for FSDP2's CPU offload
+    model = shard_model(model, dist, cpu_offload=True)      # fp32 state in host RAM, the computed units on the GPU
     message = dist.broadcast(message)    # rank 0's object on every rank
     shares = split_by_tokens(lengths, dist.world_size)   # the same deterministic split on every rank
 
@@ -12,6 +14,11 @@ Gradients are SUM-reduced (FSDP's divide factor set to 1): the trainer divides e
 count in the whole batch, so the sum over ranks is exactly the single-process gradient. Every FSDP forward and
 backward is a collective, so every rank must run the same number of them; `split_by_tokens` is computed by every
 rank for every rank, and a rank with fewer micro-batches runs empty ones (see learner/trainer.py).
+
+`learner.cpu_offload` (FSDP2's CPUOffloadPolicy): each rank's shards of the fp32 parameters, their gradients and
+AdamW's moments live in host RAM, AdamW steps on the CPU, and each unit is copied to the GPU (in the compute dtype)
+for its forward and backward; the update is the same. It needs FSDP2, so one process makes a process group of one
+for it. On the CPU the same code runs with nothing to move, which is how the tests check it.
 """
 
 from __future__ import annotations
@@ -100,9 +107,11 @@ class Distributed:
             dist.barrier()
 
     def close(self) -> None:
-        if self.world_size > 1:
-            import torch.distributed as dist
+        import torch.distributed as dist
 
+        if self.world_size == 1 and dist.is_initialized():  # a group of one (cpu_offload): nobody to wait for
+            dist.destroy_process_group()
+        elif self.world_size > 1:
             if dist.is_initialized():
                 # Every rank reaches this point before any tears the group down: a rank that destroys it while
                 # a peer still has a collective or a connection in flight aborts that peer (seen under load).
@@ -115,12 +124,13 @@ class Distributed:
         return self.device if self.backend == "nccl" else None
 
 
-def init_distributed(device: str = "auto", *, timeout_s: float = 1800.0, gpus: list[int] = ()) -> Distributed:
+def init_distributed(device: str = "auto", *, timeout_s: float = 1800.0, gpus: list[int] = (), cpu_offload: bool = False) -> Distributed:
     """Join the process group that torchrun describes in the environment (RANK, WORLD_SIZE, LOCAL_RANK).
 
     Started without torchrun (no WORLD_SIZE), this is rank 0 of 1 and creates no process group. `timeout_s`
     bounds every collective: a peer that stops answering fails the learner instead of hanging it. `gpus`
     (`learner.gpus`): the node's GPUs the learner trains on, rank r on gpus[r]; empty: 0 .. world_size - 1.
+    `cpu_offload`: FSDP2 even for one process, which then joins a process group of one (an in-process store).
     """
     import torch
 
@@ -141,23 +151,34 @@ def init_distributed(device: str = "auto", *, timeout_s: float = 1800.0, gpus: l
                 timeout=timedelta(seconds=timeout_s),
                 device_id=info.device if device_type == "cuda" else None,
             )
+    elif cpu_offload:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group(backend=info.backend, store=dist.HashStore(), rank=0, world_size=1,
+                                    timeout=timedelta(seconds=timeout_s))
     return info
 
 
-def shard_model(model, dist: Distributed, *, frozen: bool = False, compute_dtype=None):
+def shard_model(model, dist: Distributed, *, frozen: bool = False, compute_dtype=None, cpu_offload: bool = False):
     """FSDP2 over the group: each decoder layer (the model's `_no_split_modules`) is one unit, the root the last.
 
     Gradients are summed, not averaged, over ranks. For one process the model is only moved to the device, unless
     a process group of one was made by hand (bin/device_check.py runs FSDP2 on one GPU that way). `compute_dtype`
     (torch.bfloat16 when model.dtype is bfloat16, learner/precision.py): the shards stay in their dtype (fp32 master
     weights), each unit is gathered in `compute_dtype` for its forward and backward, gradients are summed in fp32.
+    `cpu_offload`: the shards, their gradients and so AdamW's state stay in host RAM (see the module's doc); one
+    process needs the group of one that `init_distributed(..., cpu_offload=True)` makes.
     """
     import torch.distributed
 
     if dist.world_size == 1 and not torch.distributed.is_initialized():
+        if cpu_offload:
+            raise ValueError("learner.cpu_offload runs the learner under FSDP2, which needs a process group: start it with "
+                             "learner.distributed.init_distributed(..., cpu_offload=True) (learner/train.py does)")
         return model.to(dist.device)
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(dist.device_type, (dist.world_size,))
     layer_classes = set(getattr(model, "_no_split_modules", None) or ())
@@ -167,11 +188,13 @@ def shard_model(model, dist: Distributed, *, frozen: bool = False, compute_dtype
     options = {"mesh": mesh}
     if compute_dtype is not None:
         options["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    if cpu_offload:  # pinned host memory (faster copies) where there is a GPU to copy to
+        options["offload_policy"] = CPUOffloadPolicy(pin_memory=dist.device_type == "cuda")
     for module in model.modules():
         if type(module).__name__ in layer_classes:
             fully_shard(module, **options)
     fully_shard(model, **options)
-    _receive_from_rank0(model, full, dist)
+    _receive_from_rank0(model, full, dist, cpu_offload=cpu_offload)
     if not frozen:
         for module in model.modules():
             if isinstance(module, FSDPModule):
@@ -195,10 +218,11 @@ def load_model(model_path: str, dist: Distributed, *, dtype):
         return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path), dtype=dtype)
 
 
-def _receive_from_rank0(model, full: dict, dist: Distributed) -> None:
+def _receive_from_rank0(model, full: dict, dist: Distributed, *, cpu_offload: bool = False) -> None:
     """After fully_shard: every rank's shards of rank 0's `full` state dict (torch.distributed.checkpoint's
     broadcast_from_rank0), and rank 0's buffers (rotary tables, not in any state dict when non-persistent), so
-    ranks that built the model on the meta device (`load_model`) hold the same model as rank 0."""
+    ranks that built the model on the meta device (`load_model`) hold the same model as rank 0. Offloaded, the
+    shards are made in host RAM and the buffers on the GPU, where FSDP2 keeps them."""
     import torch
     import torch.distributed
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
@@ -207,7 +231,11 @@ def _receive_from_rank0(model, full: dict, dist: Distributed) -> None:
     if not any(dist.all_gather_objects(on_meta)):
         return  # every rank read the weights itself
     if on_meta:
-        model.to_empty(device=dist.device)
+        model.to_empty(device="cpu" if cpu_offload else dist.device)
+        if cpu_offload:
+            for module in model.modules():
+                for name, buffer in module.named_buffers(recurse=False):
+                    module._buffers[name] = buffer.to(dist.device)
     set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     for buffer in model.buffers():
         torch.distributed.broadcast(buffer.data, src=0)

@@ -147,7 +147,7 @@ def run_learner(run_dir: Path) -> None:
 
     paths = RunPaths(run_dir)
     config = read_config_file(paths.config)
-    dist = init_distributed(config.learner.device, gpus=config.learner.gpus)
+    dist = init_distributed(config.learner.device, gpus=config.learner.gpus, cpu_offload=config.learner.cpu_offload == "on")
     try:
         if dist.world_size != config.learner.world_size:
             raise UsageError(

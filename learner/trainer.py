@@ -147,7 +147,8 @@ class Trainer:
             model = _wrap_lora(model, config)
         precision.require_fp32_masters(model)
         model.train()
-        self.model = shard_model(model, self.dist, compute_dtype=compute)
+        offload = config.cpu_offload == "on"  # fp32 state in host RAM (learner/distributed.py); "auto" is up's to resolve
+        self.model = shard_model(model, self.dist, compute_dtype=compute, cpu_offload=offload)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.optimizer = torch.optim.AdamW(
             param_groups(self.model, config.weight_decay), lr=config.learning_rate, betas=tuple(config.betas),
@@ -159,7 +160,7 @@ class Trainer:
         elif config.objective.kl_coef > 0:  # a frozen copy of the initial model for the KL term
             reference = load_model(model_path, self.dist, dtype=frozen).eval()
             reference.requires_grad_(False)
-            self.reference = shard_model(reference, self.dist, frozen=True, compute_dtype=compute)
+            self.reference = shard_model(reference, self.dist, frozen=True, compute_dtype=compute, cpu_offload=offload)
         # model.dtype bfloat16: bf16 autocast, on CUDA and CPU (fp32 master weights and log-softmax); float32: plain fp32.
         self.autocast = compute is not None
         self.probe = None  # what the next publish's cast check scores (learner/cast_check.py)

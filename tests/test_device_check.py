@@ -35,6 +35,7 @@ def test_the_dry_run_prints_a_line_per_stage_and_a_summary():
     assert by_stage["learner"]["tokens_per_s"] > 0 and by_stage["fsdp2"]["tokens_per_s"] > 0
     assert by_stage["logprob_gap"]["bf16_max_abs"] < 1e-4  # fp32 on the CPU: the backend and the learner agree
     assert by_stage["fsdp2"]["matches_plain"] is True and by_stage["fsdp2"]["backend"] == "gloo"
+    assert by_stage["fsdp2"]["offload_matches_plain"] is True and by_stage["fsdp2"]["offload_tokens_per_s"] > 0
     memory = by_stage["memory_4b"]
     # checkpointing keeps a layer's input only: far less per token than every activation of the layer
     assert 0 < memory["per_layer_kb_per_token_checkpointed"] < memory["per_layer_kb_per_token"] / 5

@@ -158,6 +158,11 @@ class LearnerConfig(Section):
     # input): the activations of a micro-batch shrink by ~35x at 4B width for one more forward's compute. Off on
     # CPU (the default's sizes fit; it costs time), on in `paper` (32k-token micro-batches; learner/memory_plan.py).
     activation_checkpointing: bool = False
+    # Keep the fp32 master weights, gradients and AdamW moments in host RAM (FSDP2's CPU offload; the optimizer
+    # steps on the CPU) and hold only the layers being computed on the GPU: the update is unchanged, slower. auto:
+    # `up` turns it on when its memory plan fits the GPUs only that way (one 80 GB GPU at the paper's 4B), else off;
+    # on the CPU, or started without `up`, auto is off. on / off: as said (on with full fine-tuning only).
+    cpu_offload: Literal["auto", "on", "off"] = "auto"
     # sample_mean: each sequence's token mean, then the mean over every sequence of the (mini-)batch, both roles
     # together (the reference); role_token_mean: one token mean per role, the role losses summed (so one designer
     # sample weighs as much as many agent samples).

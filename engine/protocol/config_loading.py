@@ -271,6 +271,11 @@ def check_learner(config: LearnerConfig) -> None:
             f"{config.world_size}: set learner.lora_rank=0 to train the full model across GPUs (the default), "
             "or learner.world_size=1"
         )
+    if config.lora_rank > 0 and config.cpu_offload == "on":
+        raise ConfigError(
+            "learner.cpu_offload = \"on\" offloads full fine-tuning's fp32 state, but learner.lora_rank > 0 trains an "
+            "adapter (whose state is small): set learner.cpu_offload = \"auto\" or learner.lora_rank = 0"
+        )
     if config.lora_rank > 0 and not config.lora_targets:
         raise ConfigError("learner.lora_targets must name at least one module when learner.lora_rank > 0")
     if not 0.0 <= config.lora_dropout < 1.0:

@@ -7,9 +7,9 @@ One table, read twice: tests/engine/protocol/test_config.py compares the resolve
 by field, and tests/test_readme.py checks the README's deviations tables against it (a row's reference column
 must be this value; a field where `paper` departs from it must have a row saying why). The presets themselves are
 engine/protocol/presets.py. Left out, because they have no counterpart here: sizes (batch, workers, micro-batch
-tokens) and memory settings that leave the update unchanged (`learner.activation_checkpointing`), paths, the
-model, logging, and `run.seed` (the reference's corpus seed 42 seeds another sampler over
-another corpus, so the number would reproduce nothing).
+tokens) and memory settings that leave the update unchanged (`learner.activation_checkpointing`,
+`learner.cpu_offload`), paths, the model, logging, and `run.seed` (the reference's corpus seed 42 seeds another
+sampler over another corpus, so the number would reproduce nothing).
 """
 
 from __future__ import annotations

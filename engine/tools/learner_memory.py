@@ -3,6 +3,7 @@ process (the engine does not import torch), the way engine/tools/models.py conve
 
     record = check_learner_memory(config, model_path)   # None: nothing to check (CPU); else the plan's JSON record
                                                         # (peak_bytes, resident_bytes per rank); InputError if it does not fit
+    resolve_offload(config, record)                     # learner.cpu_offload "auto" -> "on" / "off", as planned
 
 Skipped, at no cost, when the learner runs on the CPU: `learner.device = "cpu"`, or a machine with no NVIDIA GPU
 (no nvidia-smi, no /proc/driver/nvidia/gpus). With GPUs the child measures the model's activations on a CPU slice
@@ -42,7 +43,16 @@ def memory_plan_command(config, model_path: str | Path, python: str = sys.execut
         argv.append("--kl-reference")
     if learner.lora_rank > 0:
         argv.append("--lora")
+    else:
+        argv += ["--cpu-offload", learner.cpu_offload]
     return argv
+
+
+def resolve_offload(config, record: dict | None) -> None:
+    """`learner.cpu_offload = "auto"` made "on" or "off" as the plan chose (the learner reads the run's config.toml,
+    where "auto" would mean off). Nothing planned (the CPU): left as it is."""
+    if record is not None and config.learner.cpu_offload == "auto":
+        config.learner.cpu_offload = "on" if record.get("cpu_offload") else "off"
 
 
 def check_learner_memory(config, model_path: str | Path, say=print) -> dict | None:

@@ -204,6 +204,8 @@ LEARNER_BAD = [
     ),
     (["learner.lora_rank=4", "learner.lora_targets=[]"], r"^learner\.lora_targets must name at least one module when learner\.lora_rank > 0$"),
     (["learner.lora_rank=16", "learner.world_size=2"], r"^learner\.lora_rank > 0 \(a LoRA adapter\) trains in one process, but learner\.world_size is 2: set learner\.lora_rank=0"),
+    (["learner.lora_rank=16", 'learner.cpu_offload="on"'], r"^learner\.cpu_offload = \"on\" offloads full fine-tuning.s fp32 state, but learner\.lora_rank > 0"),
+    (['learner.cpu_offload="yes"'], r"learner\.cpu_offload"),
     (["learner.lora_dropout=1.0"], r"^learner\.lora_dropout must be in \[0, 1\) \(got 1\.0\)$"),
     (["learner.betas=[0.9]"], r"^learner\.betas must be two numbers, for example \[0\.9, 0\.98\]$"),
 ]

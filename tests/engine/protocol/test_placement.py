@@ -11,19 +11,15 @@ import msgspec
 import pytest
 
 from engine.protocol.config_loading import ConfigError, dump_config, load_config, read_config_file
+from engine.protocol.node_memory import PlacementError, measured_learner_memory
 from engine.protocol.placement import (
-    FAKE_GPUS_ENV,
     WORKER_PLACEMENT_ENV,
-    PlacementError,
     apply_plan,
     apply_worker_placement,
     format_plan,
-    measured_learner_memory,
-    model_shape,
     plan_placement,
     plan_record,
     read_plan,
-    visible_gpus,
     worker_env,
 )
 
@@ -59,13 +55,6 @@ def _one_line(exc) -> str:
     text = str(exc.value)
     assert "\n" not in text
     return text
-
-
-def test_the_model_shape_comes_from_config_json(qwen3_4b):
-    shape = model_shape(qwen3_4b)
-    assert 3.9e9 < shape.parameters < 4.1e9  # "about 4.0 B"
-    assert shape.kv_bytes_per_token == 2 * 36 * 8 * 128 * 2
-    assert model_shape(qwen3_4b.parent / "missing") is None
 
 
 def test_no_gpu_leaves_the_cpu_as_it_was(qwen3_4b):
@@ -199,15 +188,3 @@ def test_a_worker_takes_its_gpus_and_share_from_its_environment(qwen3_4b):
     bad = msgspec.json.encode({"gpus": [-1], "gpu_memory_utilization": 0.5, "sleep_mode": True}).decode()
     with pytest.raises(PlacementError):
         apply_worker_placement(_config(), {WORKER_PLACEMENT_ENV: bad})
-
-
-def test_visible_gpus_from_nvidia_smi_and_cuda_visible_devices():
-    smi = lambda: ["81559", "81559", "81559", "81559"]  # noqa: E731 (MiB, one line per GPU)
-    count, size = visible_gpus({}, smi)
-    assert count == 4 and 79 < size < 80
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "1,3"}, smi)[0] == 2
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, smi)[0] == 0
-    assert visible_gpus({}, lambda: None) == (0, 0.0)  # no nvidia-smi: the CPU
-    assert visible_gpus({FAKE_GPUS_ENV: "8x80"}, lambda: None) == (8, 80.0)
-    with pytest.raises(PlacementError):
-        visible_gpus({FAKE_GPUS_ENV: "eight"}, lambda: None)
