@@ -4,23 +4,11 @@ do (engine/refresh.py), share one count; each finished task counts once, in its 
 import trio
 import trio.testing
 
-from engine.metrics.live import LiveView
 from engine.peers.hub import Hub
 from engine.protocol.config_loading import load_config
 from engine.protocol.messages import TaskFailed
 from engine.protocol.paths import RunPaths
-
-
-class Recorder(LiveView):
-    def __init__(self):
-        super().__init__(0, enabled=False)
-        self.statuses, self.lines = [], []
-
-    def status(self, text):
-        self.statuses.append(text)
-
-    def line(self, text):
-        self.lines.append(text)
+from tests.engine.peers.peers_helpers import RecordingView
 
 
 class Task:
@@ -43,7 +31,7 @@ class FakeDispatcher:
 
 
 def test_overlapping_calls_under_one_label_share_a_count(tmp_path):
-    view = Recorder()
+    view = RecordingView()
     hub = Hub(load_config(), RunPaths(tmp_path / "run"), view, on_published=lambda message: None)
     hub.dispatcher = FakeDispatcher(hub, {"a1": 1, "b1": 2, "a2": 3, "v": 1})
 

@@ -8,25 +8,13 @@ import json
 import trio
 import trio.testing
 
-from engine.metrics.live import LiveView
 from engine.peers.hub import Hub
 from engine.peers.time_share import TimeShare
 from engine.protocol.config_loading import load_config
 from engine.protocol.messages import Sleep, TrainBatch, WakeUp
 from engine.protocol.paths import RunPaths
 from engine.protocol.placement import plan_placement, plan_record
-
-
-class Quiet(LiveView):
-    def __init__(self):
-        super().__init__(0, enabled=False)
-        self.lines = []
-
-    def status(self, text):
-        pass
-
-    def line(self, text):
-        self.lines.append(text)
+from tests.engine.peers.peers_helpers import RecordingView
 
 
 class State:
@@ -65,10 +53,16 @@ def _hub(tmp_path, plan, config, log):
     paths = RunPaths(tmp_path / "run")
     paths.root.mkdir(parents=True)
     paths.update_meta(placement=json.loads(json.dumps(plan_record(plan))))  # as `up` writes it
-    hub = Hub(config, paths, Quiet(), on_published=lambda message: None)
+    hub = Hub(config, paths, RecordingView(), on_published=lambda message: None)
     hub.dispatcher = FakeDispatcher({b"a": State("w0"), b"b": State("w1"), b"x": State("hand-attached")})
     hub.worker_sock, hub.learner_sock, hub._learner_ident = WorkerSocket(log), LearnerSocket(log), b"L"
     return hub
+
+
+async def _start_update(nursery, hub):
+    """hub.train for step 0 in the background, returned once it waits (for the workers' Slept)."""
+    nursery.start_soon(hub.train, 0, [], False)
+    await trio.testing.wait_all_tasks_blocked()
 
 
 def _kinds(log):
@@ -83,8 +77,7 @@ def test_the_batch_goes_out_only_after_every_planned_worker_slept(tmp_path):
 
     async def main():
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(hub.train, 0, [], False)
-            await trio.testing.wait_all_tasks_blocked()
+            await _start_update(nursery, hub)
             assert _kinds(log) == [(b"a", "Sleep"), (b"b", "Sleep")]  # not the worker `up` did not start
             assert not hub.time_share.slept(b"x", "hand-attached")  # not asked: not counted
             assert hub.time_share.slept(b"a", "w0")
@@ -111,8 +104,7 @@ def test_a_worker_that_leaves_is_not_waited_for_and_one_that_joins_sleeps(tmp_pa
 
     async def main():
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(hub.train, 0, [], False)
-            await trio.testing.wait_all_tasks_blocked()
+            await _start_update(nursery, hub)
             hub.time_share.slept(b"a", "w0")
             del hub.dispatcher.workers[b"b"]  # w1 died: its GPU memory went with it
         assert isinstance(log[-1][1], TrainBatch)

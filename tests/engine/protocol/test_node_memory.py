@@ -2,23 +2,11 @@
 here by a function returning its lines, or SPADE_FAKE_GPUS), a model's shapes from its config.json (Qwen3-4B's
 published one), and the learner's simple memory estimate, with and without learner.cpu_offload."""
 
-import shutil
-from pathlib import Path
-
 import pytest
 
 from engine.protocol.config_loading import load_config
 from engine.protocol.node_memory import FAKE_GPUS_ENV, PlacementError, learner_memory, model_shape, visible_gpus
 
-QWEN3_4B_CONFIG = Path(__file__).parents[2] / "learner" / "data" / "qwen3-4b-config.json"
-
-
-@pytest.fixture
-def qwen3_4b(tmp_path):
-    folder = tmp_path / "qwen3-4b"
-    folder.mkdir()
-    shutil.copy(QWEN3_4B_CONFIG, folder / "config.json")
-    return folder
 
 
 def test_the_model_shape_comes_from_config_json(qwen3_4b):

@@ -23,22 +23,6 @@ from engine.protocol.placement import (
     worker_env,
 )
 
-# Qwen3-4B's published config.json (the fields the plan reads).
-QWEN3_4B = {
-    "architectures": ["Qwen3ForCausalLM"], "hidden_size": 2560, "num_hidden_layers": 36, "intermediate_size": 9728,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
-    "tie_word_embeddings": True, "max_position_embeddings": 40960,
-}
-
-
-@pytest.fixture
-def qwen3_4b(tmp_path):
-    folder = tmp_path / "qwen3-4b"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(QWEN3_4B))
-    return folder
-
-
 def _config(*overrides, preset="default"):
     return load_config(preset, None, ['inference.backend="vllm"', *overrides])
 

@@ -3,25 +3,13 @@ SPADE_FAKE_GPUS, the learner's measured plan stood in for by its JSON record, wh
 real node) the plan's counts and the learner's offload choice go into the config, and the time-shared engine is
 sized around what the learner keeps on the GPU."""
 
-import shutil
-from pathlib import Path
-
 import pytest
 
 from engine.protocol.config_loading import load_config
 from engine.protocol.placement import read_plan
 from engine.tools import node_plan
 
-QWEN3_4B_CONFIG = Path(__file__).parents[2] / "learner" / "data" / "qwen3-4b-config.json"
 GIB = 1 << 30
-
-
-@pytest.fixture
-def qwen3_4b(tmp_path):
-    folder = tmp_path / "qwen3-4b"
-    folder.mkdir()
-    shutil.copy(QWEN3_4B_CONFIG, folder / "config.json")
-    return folder
 
 
 class _Paths:
