@@ -3,7 +3,8 @@
 
 First turn: the reference's player prompt around the first observation (with `HINT: ...` appended on the hint
 arm), or with `play.agent_prompt = "answer"` one asking for the action only; later turns: the raw observation.
-Every reply starts with `play.agent_prefill` (the default's `\boxed{`, given as prompt). Each reply is reduced to an action by `parse_action`. The return is the
+Every reply starts with `play.agent_prefill` (the default's `\boxed{`, given as prompt) and, with
+`play.stop_at_action`, ends at the `}` closing that box (`action_stops`). Each reply is reduced to an action by `parse_action`. The return is the
 terminal reward clamped to [-1, 1] if the episode terminated, else 0. An exception inside the environment's
 `step` ends the episode with return -1 (the reference's rule); a sandbox timeout, crash or limit fails the play,
 which is then stored but never trained on. With `play.end_on_cutoff` (the reference) a reply cut off at the token
@@ -16,7 +17,7 @@ import math
 import time
 
 from actors.chat import ChatContext
-from actors.parsing import parse_action
+from actors.parsing import action_stops, parse_action
 from actors.prompts import agent_first_message
 from actors.sandbox import EpisodeFailed
 from actors.settings import SETTINGS
@@ -46,13 +47,15 @@ async def play_game_episode(task: PlayTask, *, batcher, pool, tokenizer, play_co
         async with pool.open_episode(task.code, max_turns=play_config.max_turns) as episode:
             observation, _ = await episode.reset(seed=task.seed)
             prefill = play_config.agent_prefill  # the start of every reply, as prompt (`play.agent_prefill`)
+            stops = action_stops(play_config)  # `play.stop_at_action`: the reply ends with its action
             chat.add_user(agent_first_message(observation, task.hint, play_config.agent_prompt), prefill=prefill)
             for _ in range(play_config.max_turns):
                 budget = play_config.max_context_tokens - len(chat) - 1
                 if budget < 8:
                     break  # context full: truncated
                 generation = await batcher.generate(
-                    chat.request("agent", max_new_tokens=min(play_config.agent_max_tokens, budget), temperature=play_config.agent_temperature, play_config=play_config)
+                    chat.request("agent", max_new_tokens=min(play_config.agent_max_tokens, budget), temperature=play_config.agent_temperature,
+                                 play_config=play_config, stop=stops)
                 )
                 tokens_generated += len(generation.completion_ids)
                 chat.add_assistant(generation)

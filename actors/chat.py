@@ -167,11 +167,11 @@ class ChatContext:
         self._append_text(end)
         self._prefill = ""
 
-    def request(self, role: RequestRole, *, max_new_tokens: int, temperature: float, play_config) -> GenerationRequest:
-        """A generation request continuing this context, with the run's top-p / top-k."""
+    def request(self, role: RequestRole, *, max_new_tokens: int, temperature: float, play_config, stop: tuple[str, ...] = ()) -> GenerationRequest:
+        """A generation request continuing this context, with the run's top-p / top-k (and `stop` strings)."""
         return GenerationRequest(
             prompt_ids=list(self.ids), max_new_tokens=max_new_tokens, temperature=temperature,
-            top_p=play_config.top_p, top_k=play_config.top_k, role=role,
+            top_p=play_config.top_p, top_k=play_config.top_k, role=role, stop=tuple(stop),
         )
 
     def sample(self, *, sample_id: str, role: Role, env_id: str, skill: str, arm: Arm, step: int, reward: float, temperature: float) -> Sample:

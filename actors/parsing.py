@@ -9,6 +9,7 @@ think block and never closes it has none, so it gives no action, code or hint).
   (the raw reply is passed as is when nothing matched, so the environment can answer with its format reminder).
 - `extract_code(reply)`: the first ```python fenced block; an unclosed fence counts to the end; else the reply.
 - `clean_hint(reply)`: plain text, or the "hint" field of a ```json block, cut to 100 words.
+- `action_stops(play_config)`: the stop strings that end a game reply at its action (`play.stop_at_action`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,19 @@ _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _ANSWER_PHRASE = re.compile(r"answer\s+is\s*:?\s*([^\n]+?)\s*\.?\s*$", re.IGNORECASE | re.MULTILINE)
 _FENCED = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)\n?```", re.DOTALL)
 _OPEN_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*)", re.DOTALL)
+
+
+BOX_OPEN = "\\boxed{"
+
+
+def action_stops(play_config) -> tuple[str, ...]:
+    """Where a game reply ends with `play.stop_at_action`: at the `}` that closes the box the prefill opened, so
+    the reply is the action and the deciding tokens carry the sample's weight. Only when `play.agent_prefill` ends
+    with `\\boxed{` (the default's): a reply that reasons first may write braces before its box. An answer with
+    nested braces (`\\boxed{\\frac{1}{2}}`) is cut at its first `}`; the games' actions are names and numbers."""
+    if getattr(play_config, "stop_at_action", False) and play_config.agent_prefill.rstrip().endswith(BOX_OPEN):
+        return ("}",)
+    return ()
 
 
 def after_thinking(reply: str) -> str:

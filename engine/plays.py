@@ -32,7 +32,12 @@ from storage.records import TrajectoryRecord
 from storage.store import Store
 
 
-def play_seed(run_seed: int, env_id: str, step: int, arm: str, index: int) -> int:
+def play_seed(run_seed: int, env_id: str, step: int, arm: str, index: int, group_seeds: str = "distinct") -> int:
+    """The reset seed of play `index` of `arm` in `env_id`'s group at `step` (`play.group_seeds`): distinct, one per
+    play; shared, one per (environment, step), the same for both arms, so hinted and unhinted plays meet the same
+    instance and a group's variance comes from the plays alone."""
+    if group_seeds == "shared":
+        return zlib.crc32(f"{run_seed}:{env_id}:{step}".encode()) & 0x7FFFFFFF
     return zlib.crc32(f"{run_seed}:{env_id}:{step}:{arm}:{index}".encode()) & 0x7FFFFFFF
 
 
@@ -69,7 +74,7 @@ def play_tasks(config: Config, step: int, active: list[ActiveEnv], version: int 
                     PlayTask(
                         task_id=f"s{step:04d}-{env.env_id}-{arm}-{i:02d}",
                         env_id=env.env_id, skill=env.skill, code=env.code, hint=env.hint if arm == "hint" else "",
-                        arm=arm, seed=play_seed(config.run.seed, env.env_id, step, arm, i), step=step,
+                        arm=arm, seed=play_seed(config.run.seed, env.env_id, step, arm, i, p.group_seeds), step=step,
                         setting=config.curriculum.setting, min_policy_version=version,
                     )
                 )

@@ -7,6 +7,10 @@ what was sampled.
 
 Recorded log-probs are those of the temperature-scaled distribution, log softmax(logits / T), before top-k/top-p
 truncation: the learner recomputes exactly this quantity (learner/logprobs.py).
+
+Stop strings (`GenerationRequest.stop`): a reply ends with the token that completes the first of them in its text,
+that token kept (`cut_at_stop`, which every backend applies the same way), with finish_reason "stop". The agent
+uses them to end a reply at its action (actors/agent.py `stop_strings`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,26 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     top_p: float = 1.0
     top_k: int = 0
     role: RequestRole = "agent"  # lets a scripted backend choose what to say
+    stop: tuple[str, ...] = ()  # stop strings: the reply ends at the first one it completes (kept in the reply)
+
+
+def cut_at_stop(tokenizer, ids: list[int], stop) -> list[int] | None:
+    """`ids` up to and including the token that completes the first of the `stop` strings in their decoded text;
+    None when none occurs. The fewest tokens whose text reaches the end of the earliest stop string."""
+    if not stop or not ids:
+        return None
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    ends = [text.find(s) + len(s) for s in stop if s and s in text]
+    if not ends:
+        return None
+    end, low, high = min(ends), 1, len(ids)
+    while low < high:
+        middle = (low + high) // 2
+        if len(tokenizer.decode(ids[:middle], skip_special_tokens=True)) >= end:
+            high = middle
+        else:
+            low = middle + 1
+    return ids[:low]
 
 
 class Generation(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from actors.inference.base import Generation, GenerationRequest, InferenceBackend
+from actors.inference.base import Generation, GenerationRequest, InferenceBackend, cut_at_stop
 from engine.protocol.devices import select_gpus
 from engine.protocol.errors import InputError
 
@@ -178,7 +178,7 @@ class TransformersBackend(InferenceBackend):
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         results: dict[int, Generation] = {}
-        key = lambda item: (item[1].temperature, item[1].top_p, item[1].top_k)  # noqa: E731
+        key = lambda item: (item[1].temperature, item[1].top_p, item[1].top_k, item[1].stop)  # noqa: E731
         for _, group in itertools.groupby(sorted(enumerate(requests), key=key), key=key):
             group = list(group)
             for (index, _), generation in zip(group, self._generate_group([r for _, r in group])):
@@ -199,6 +199,7 @@ class TransformersBackend(InferenceBackend):
         first = requests[0]
         sampling = first.temperature > 0
         kwargs = dict(do_sample=True, temperature=first.temperature, top_p=first.top_p, top_k=first.top_k or None)
+        stops = dict(stop_strings=list(first.stop), tokenizer=self._tokenizer) if first.stop else {}
         output = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention,
@@ -208,6 +209,7 @@ class TransformersBackend(InferenceBackend):
             return_dict_in_generate=True,
             output_logits=True,
             **(kwargs if sampling else dict(do_sample=False)),
+            **stops,
         )
         new_tokens = output.sequences[:, width:]
         logits = torch.stack(output.logits, dim=1)  # [batch, new, vocab], raw (before processors)
@@ -221,6 +223,9 @@ class TransformersBackend(InferenceBackend):
                     ids = ids[: position + 1]
                     finish = "stop"
                     break
+            cut = cut_at_stop(self._tokenizer, ids, request.stop)  # a row that stopped goes on as padding
+            if cut is not None:
+                ids, finish = cut, "stop"
             generations.append(
                 Generation(
                     completion_ids=ids,

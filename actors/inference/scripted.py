@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from actors.inference.base import Generation, GenerationRequest
+from actors.inference.base import Generation, GenerationRequest, cut_at_stop
 from actors.inference.hf import TransformersBackend
 from engine.protocol.errors import InputError
 
@@ -59,13 +59,15 @@ class ScriptedBackend(TransformersBackend):
         out = []
         for request in requests:
             ids = self._tokenizer(self._next_text(request.role), add_special_tokens=False)["input_ids"]
-            ids = (ids + [self.stop_id])[: request.max_new_tokens]
+            cut = cut_at_stop(self._tokenizer, ids, request.stop)  # a stop string ends it, as a sampling backend does
+            ids = cut if cut is not None and len(cut) <= request.max_new_tokens else (ids + [self.stop_id])[: request.max_new_tokens]
+            stopped = cut is not None and ids == cut
             out.append(
                 Generation(
                     completion_ids=ids,
                     logprobs=self.score(request.prompt_ids, ids, request.temperature),
                     text=self._tokenizer.decode(ids, skip_special_tokens=True),
-                    finish_reason="stop" if ids[-1] == self.stop_id else "length",
+                    finish_reason="stop" if stopped or ids[-1] == self.stop_id else "length",
                     policy_version=self.policy_version,
                 )
             )

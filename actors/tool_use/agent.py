@@ -17,7 +17,7 @@ import time
 
 from actors.sandbox import EpisodeFailed
 from actors.tool_use.chat import ToolChat
-from actors.tool_use.parsing import REMINDER, parse_reply, tool_specs, visible
+from actors.tool_use.parsing import REMINDER, action_stops, parse_reply, tool_specs, visible
 from engine.protocol.messages import PlayResult, PlayTask, TurnRecord
 
 RESULT_CHARS = 4000
@@ -53,7 +53,7 @@ async def play_tool_episode(task: PlayTask, *, batcher, pool, tokenizer, play_co
                     break  # context full: truncated
                 generation = await batcher.generate(chat.request(
                     "agent", max_new_tokens=min(play_config.agent_max_tokens, budget),
-                    temperature=play_config.agent_temperature, play_config=play_config))
+                    temperature=play_config.agent_temperature, play_config=play_config, stop=action_stops(play_config)))
                 tokens_generated += len(generation.completion_ids)
                 chat.add_assistant(generation)
                 if play_config.end_on_cutoff and generation.finish_reason == "length":

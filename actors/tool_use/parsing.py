@@ -27,6 +27,12 @@ CANONICAL = ('<tool_call>\n{"name": "TOOL_NAME", "arguments": {"PARAMETER": "VAL
 REMINDER = f"Your last tool call could not be parsed. Call a tool exactly like this:\n{CANONICAL}"
 
 
+def action_stops(play_config) -> tuple[str, ...]:
+    """Where a tool-use reply ends with `play.stop_at_action`: at its final answer or its first complete tool call
+    (so a turn makes one call and sees its result before the next)."""
+    return ("</answer>", "</tool_call>") if getattr(play_config, "stop_at_action", False) else ()
+
+
 @dataclass(frozen=True)
 class ToolCall:
     name: str

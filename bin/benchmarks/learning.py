@@ -7,7 +7,8 @@ Three steps, each skipped when its result is already in --out (so an interrupted
 repeats the experiment):
   1. `spade-engine up --minutes M` on the embedded default (OUT/spade): SPADE self-play.
   2. `spade-engine up --minutes M --preset fixed-envs` (OUT/fixed): the same budget and settings with no designer,
-     training on the shipped seed environments, the pool SPADE's designer starts from (its edits are variants of them).
+     training on the probe's own games, the 12 easy and medium seeds (`curriculum.fixed_envs=OUT/probe-envs`), so
+     the comparison is like for like (the hard seeds, which the probe leaves out, cannot be won in 3 turns).
   3. The probe: the 12 easy and medium seed environments (OUT/probe-envs), `episodes` episodes each (384 per model by
      default), unhinted, played by the initial model, SPADE's final checkpoint and the fixed pool's with the runs'
      own turn, token and temperature settings (`spade-engine eval ... --out OUT/probe`).
@@ -239,6 +240,38 @@ def reuse_spade(source: Path, out: Path, minutes: float) -> dict[str, str]:
     return reused
 
 
+def designer_side(run_dir: Path) -> dict:
+    """A run's designer over its steps (metrics.jsonl): valid designs per refresh (and per design requested), the
+    share of environments played that were learnable (win rate strictly between 0 and 1), the mean regret of the
+    refreshes' hinted environments, and the share of groups with reward variance."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [r for r in rows if "step" in r]
+    refreshes = [r for r in steps if r.get("refresh")]
+
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return round(sum(values) / len(values), 4) if values else None
+
+    requested = sum(r.get("envs_requested", 0) for r in refreshes)
+    return {
+        "steps": len(steps), "refreshes": len(refreshes),
+        "valid_designs_per_refresh": mean([r.get("envs_valid") for r in refreshes]),
+        "valid_share_of_requested": round(sum(r.get("envs_valid", 0) for r in refreshes) / requested, 4) if requested else None,
+        "learnable_share": mean([r.get("learnable_share") for r in steps]),
+        "mean_regret": mean([r.get("mean_regret") for r in refreshes if r.get("hint_plays")]),
+        "nonzero_variance_share": mean([r.get("nonzero_variance_share") for r in steps]),
+    }
+
+
+def designer_markdown(sides: dict[str, dict]) -> str:
+    head = ("| run | steps | refreshes | valid designs / refresh | valid / requested | learnable share | mean regret | "
+            "groups with variance |\n|---|---|---|---|---|---|---|---|\n")
+    cell = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
+    return "## The designer's side\n\n" + head + "".join(
+        f"| {name} | {d['steps']} | {d['refreshes']} | {cell(d['valid_designs_per_refresh'])} | {cell(d['valid_share_of_requested'])} | "
+        f"{cell(d['learnable_share'])} | {cell(d['mean_regret'])} | {cell(d['nonzero_variance_share'])} |\n" for name, d in sides.items())
+
+
 def _commit() -> str:
     result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return result.stdout.strip() if result.returncode == 0 else "unknown"
@@ -268,7 +301,7 @@ def main() -> None:
         runs = {"SPADE": out / "spade"} if args.spade_only else {"SPADE": out / "spade", "fixed": out / "fixed"}
         _run("SPADE", runs["SPADE"], args.minutes, "", args.set)
     if "fixed" in runs:
-        _run("fixed pool", runs["fixed"], args.minutes, "fixed-envs", args.set)
+        _run("fixed pool", runs["fixed"], args.minutes, "fixed-envs", args.set + [f"curriculum.fixed_envs={folder}"])
     reused = {}
     if args.reuse_initial:
         added = reuse_initial(Path(args.reuse_initial).resolve(), out)
@@ -280,11 +313,12 @@ def main() -> None:
     pairs = [("SPADE", "initial")] + ([("fixed", "initial"), ("SPADE", "fixed")] if "fixed" in runs else [])
     comparison = compare(rows, suite, models, pairs)
     comparison.update(initial_model_sha256=model_sha256(next(iter(runs.values()))), probe_envs_sha256=probe_envs_sha256(folder), commit=_commit(),
-                      settings=args.set, minutes=args.minutes, reused_spade=args.reuse_spade)
+                      settings=args.set, minutes=args.minutes, reused_spade=args.reuse_spade,
+                      designer={name: designer_side(path) for name, path in runs.items() if (path / "metrics.jsonl").is_file()})
     title = f"SPADE against the initial model, {args.minutes:g} min" if args.spade_only else \
         f"SPADE against the fixed pool, {args.minutes:g} min each"
     reuse_line = f"; SPADE's arm and the initial model's probe from {args.reuse_spade}" if args.reuse_spade else ""
-    text = (f"# Learning: {title}\n\n" + comparison_markdown(comparison)
+    text = (f"# Learning: {title}\n\n" + comparison_markdown(comparison) + "\n\n" + designer_markdown(comparison["designer"])
             + f"\n\nsettings: {' '.join(args.set) or 'the default'}; probe: {args.episodes} episodes per environment"
             + f"{reuse_line}; commit {comparison['commit']}\n")
     (out / "learning.md").write_text(text)

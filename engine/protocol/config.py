@@ -77,6 +77,10 @@ class PlayConfig(Section):
     hint_plays_per_env: int = 4  # plays with the hint per environment, when hinted plays are made (`hint_plays`)
     # refresh: only at a refresh step, for the environments made there (the reference); every_step: all, every step
     hint_plays: Literal["refresh", "every_step"] = "refresh"
+    # The instance (reset seed) of each play in an environment's group at a step: distinct, one per play (the
+    # reference resets each training play without a seed); shared, one for the whole group, hinted plays included,
+    # so a group's returns differ only by what the plays did, as a GRPO group shares its prompt.
+    group_seeds: Literal["distinct", "shared"] = "distinct"
     train_hint_plays: bool = False  # train on the hinted plays as agent samples too (the reference never does)
     end_on_cutoff: bool = False  # a reply cut at agent_max_tokens ends the episode, return 0 (the reference: true)
     max_turns: int = 3  # cap on an episode's turns (the environment's own max_turns is capped to this)
@@ -84,6 +88,9 @@ class PlayConfig(Section):
     agent_temperature: float = 0.6  # sampling temperature of agent turns
     agent_prompt: Literal["reason", "answer"] = "answer"  # reason: the reference's player prompt; answer: the action only
     agent_prefill: str = "\\boxed{"  # the start of every agent reply, given as prompt (the reference: none)
+    # End an agent reply at its action (stop strings; actors/parsing.py `action_stops`): games, at the `}` closing the
+    # box agent_prefill opens; tool use, at </answer> or the first </tool_call>. The reference lets replies run on.
+    stop_at_action: bool = True
     designer_max_tokens: int = 640  # a code edit writes its parent out in full: the easy seeds are about 450-530 tokens
     designer_temperature: float = 0.6  # sampling temperature of designs written from scratch and code edits
     edit_temperature: float = 1.0  # number edits (a small model at 0.6 copies the old numbers: 46 of 48 times)

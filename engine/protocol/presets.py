@@ -55,7 +55,7 @@ PAPER = {
         "designer_max_tokens": 16384, "designer_temperature": 0.6, "hint_max_tokens": 4096, "hint_temperature": 0.3,
         "hint_attempts": 3, "hint_retry_backoff_s": 1.0, "partial_rewards": True, "quality_checks": False,
         "top_p": 0.95, "top_k": 20, "max_context_tokens": 32768, "agent_prompt": "reason", "agent_prefill": "",
-        "designer_prefill": "", "tool_timeout_s": 30.0,
+        "designer_prefill": "", "tool_timeout_s": 30.0, "stop_at_action": False, "group_seeds": "distinct",
     },
     "reward": {
         "designer_reward": "blend", "regret_floor": 0.15, "regret_weight": 0.4, "plateau_weight": 0.6,

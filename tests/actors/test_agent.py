@@ -18,10 +18,11 @@ RAISES = PICK.replace('        if guess == str(self.target):', '        if guess
 class FakeBatcher:
     def __init__(self, replies):
         self.replies = list(replies)
-        self.prompts = []
+        self.prompts, self.stops = [], []
 
     async def generate(self, request):
         self.prompts.append(request.prompt_ids)
+        self.stops.append(request.stop)
         text = self.replies.pop(0)
         ids = [ord(c) for c in text]
         return Generation(completion_ids=ids, logprobs=[-0.25] * len(ids), text=text, finish_reason="length", policy_version=7)
@@ -50,6 +51,20 @@ def test_episode_records_turns_tokens_and_versions():
     assert mask.sum() == sum(len(r) for r in ["hmm", "\\boxed{1}"])
     assert set(unpack_ints(result.agent.versions)[mask == 1].tolist()) == {7}
     assert set(unpack_floats(result.agent.logprobs)[mask == 1].tolist()) == {-0.25}
+
+
+def test_replies_are_asked_to_stop_at_the_action():
+    """`play.stop_at_action` (the default): each turn's request ends the reply at the `}` closing the prefilled box."""
+    async def main(config):
+        async with open_sandbox_pool(workers=1) as pool:
+            batcher = FakeBatcher(["1}", "2}"])
+            await play_episode(_task(PICK), batcher=batcher, pool=pool, tokenizer=FakeTokenizer(), play_config=config, worker_id="w")
+            return batcher.stops
+
+    stops = trio.run(main, PlayConfig(max_turns=2))
+    assert stops and set(stops) == {("}",)}
+    stops = trio.run(main, PlayConfig(max_turns=2, stop_at_action=False))
+    assert stops and set(stops) == {()}
 
 
 def test_truncated_episode_returns_zero():

@@ -16,8 +16,9 @@ def _env(env_id, skill="A"):
                      designed_now=True, class_name=f"{env_id.upper()}Env")
 
 
-def _config(g=3, h=2, seed=0, hint_plays="refresh"):
-    return load_config(overrides=[f"play.plays_per_env={g}", f"play.hint_plays_per_env={h}", f"run.seed={seed}", f"play.hint_plays={hint_plays}"])
+def _config(g=3, h=2, seed=0, hint_plays="refresh", group_seeds="distinct"):
+    return load_config(overrides=[f"play.plays_per_env={g}", f"play.hint_plays_per_env={h}", f"run.seed={seed}", f"play.hint_plays={hint_plays}",
+                                  f"play.group_seeds={group_seeds}"])
 
 
 def _seeds(tasks):
@@ -71,6 +72,17 @@ def test_seeds_are_deterministic_and_differ_across_step_arm_index_and_run_seed()
     # an environment's seeds do not depend on which other environments are active
     alone = play_tasks(_config(), 2, [_env("e2")])
     assert [t.seed for t in alone] == [t.seed for t in first if t.env_id == "e2"]
+
+
+def test_shared_group_seeds_give_a_group_one_instance_hinted_plays_included():
+    active = [_env("e1"), _env("e2")]
+    tasks = play_tasks(_config(group_seeds="shared"), 4, active)
+    by_env = {env_id: {t.seed for t in tasks if t.env_id == env_id} for env_id in ("e1", "e2")}
+    assert all(len(seeds) == 1 for seeds in by_env.values())  # both arms, every index: one instance
+    assert by_env["e1"] != by_env["e2"]
+    assert {t.seed for t in play_tasks(_config(group_seeds="shared"), 5, active) if t.env_id == "e1"} != by_env["e1"]  # a new one each step
+    assert play_tasks(_config(group_seeds="shared"), 4, active) == tasks  # a replayed step: the same tasks
+    assert len({t.task_id for t in tasks}) == len(tasks)  # the plays stay distinct tasks (and samples)
 
 
 def test_task_ids_are_unique_and_name_step_env_arm_and_index():

@@ -1,6 +1,6 @@
 """The vLLM backend on CPU with the tiny random model (no download): `bin/test --vllm` (runs from .venv-vllm).
 
-Generation, log-probs equal to the learner's recomputation, an in-place weight update followed by generation
+Generation, stop strings, log-probs equal to the learner's recomputation, an in-place weight update followed by generation
 from the new weights, a weight update that hangs failing within its timeout, a several-turn agent episode, and a
 LoRA adapter merged into the base weights and served with the trainer's log-probs.
 """
@@ -17,6 +17,7 @@ import trio
 from actors.inference.base import GenerationRequest
 from engine.protocol.config import InferenceConfig, PlayConfig
 from learner.logprobs import token_logprobs
+from tests.actors.inference.stop_helpers import assert_stops_at_the_first_stop_string
 
 pytestmark = pytest.mark.vllm
 
@@ -194,3 +195,7 @@ def test_a_lora_adapter_is_merged_and_served_with_the_trainers_log_probs(backend
         recomputed = token_logprobs(trainer.model, ids, torch.ones_like(ids), 0.7)[0, len(prompt):]
     assert sampled.policy_version == 10
     assert (recomputed - torch.tensor(sampled.logprobs)).abs().max().item() < 1e-4
+
+
+def test_generation_stops_at_the_first_stop_string(backend):
+    assert_stops_at_the_first_stop_string(backend, _prompts(backend.tokenizer)[0])

@@ -1,6 +1,6 @@
 """The vLLM API the backend relies on, checked against the installed vLLM (`bin/test --vllm`, from .venv-vllm).
 
-actors/inference/vllm.py lists every vLLM surface it uses in VLLM_SURFACES. Here each row is checked (the names exist,
+actors/inference/vllm_surfaces.py lists every vLLM surface actors/inference/vllm.py uses in VLLM_SURFACES. Here each row is checked (the names exist,
 callables take the parameters passed, Literal types admit the values used, ...) and the installed version must lie
 in the pyproject `gpu` extra's range, so a vLLM upgrade that moves a name fails here with the row, not mid-run. The
 last test needs no vLLM (it runs in the plain suite too): it reads vllm.py and fails when the file uses a vLLM import,
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.inference.vllm import VLLM_SURFACES
+from actors.inference.vllm_surfaces import VLLM_SURFACES
 
 REPO = Path(__file__).resolve().parents[3]
 BACKEND = REPO / "actors" / "inference" / "vllm.py"

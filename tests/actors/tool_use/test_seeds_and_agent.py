@@ -33,10 +33,11 @@ class FakeTokenizer:
 
 class FakeBatcher:
     def __init__(self, replies):
-        self.replies, self.prompts = list(replies), []
+        self.replies, self.prompts, self.stops = list(replies), [], []
 
     async def generate(self, request):
         self.prompts.append("".join(chr(i) for i in request.prompt_ids))
+        self.stops.append(request.stop)
         text = self.replies.pop(0) if self.replies else "<answer>done</answer>"
         ids = [ord(c) for c in text]
         return Generation(completion_ids=ids, logprobs=[-0.5] * len(ids), text=text, finish_reason="stop", policy_version=3)
@@ -88,6 +89,7 @@ def test_a_scripted_agent_following_the_plan_completes_the_seed(entry):
     assert "Tools:" in batcher.prompts[0]  # this template ignores tools=: the specs are in the system message
     assert any(t.parse_rule == "tool_call" for t in result.turns) and result.turns[-1].parse_rule == "answer_tag"
     assert "<tool>" in batcher.prompts[-1] and "[ALL STEPS COMPLETE]" in batcher.prompts[-1]
+    assert set(batcher.stops) == {("</answer>", "</tool_call>")}  # play.stop_at_action: a reply ends at its action
 
 
 @pytest.mark.parametrize("entry", MANIFEST, ids=lambda e: e["file"])

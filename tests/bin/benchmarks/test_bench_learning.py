@@ -196,3 +196,22 @@ def test_the_earlier_arm_is_checked_before_the_fixed_pool_runs(tmp_path):
     assert summary["initial_model_sha256"]
     with pytest.raises(SystemExit, match="this bench's budget is 30"):
         learning.spade_source(earlier, out, 30)
+
+
+def test_the_designers_side_is_summarised_from_the_runs_metrics(tmp_path):
+    run = tmp_path / "spade"
+    run.mkdir()
+    rows = [
+        {"step": 0, "refresh": True, "envs_requested": 4, "envs_valid": 2, "learnable_share": 0.5, "mean_regret": 0.25,
+         "hint_plays": 8, "nonzero_variance_share": 0.75},
+        {"step": 1, "refresh": False, "learnable_share": 0.25, "mean_regret": 0.0, "hint_plays": 0, "nonzero_variance_share": 0.5},
+        {"step": 2, "refresh": True, "envs_requested": 4, "envs_valid": 1, "learnable_share": 0.0, "mean_regret": -0.5,
+         "hint_plays": 4, "nonzero_variance_share": 0.25},
+        {"eval": {"win_rate": 0.2}, "eval_policy_version": 2},  # an in-loop probe row: not a step
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    side = learning.designer_side(run)
+    assert side == {"steps": 3, "refreshes": 2, "valid_designs_per_refresh": 1.5, "valid_share_of_requested": 0.375,
+                    "learnable_share": 0.25, "mean_regret": -0.125, "nonzero_variance_share": 0.5}
+    table = learning.designer_markdown({"SPADE": side})
+    assert table.splitlines()[-1] == "| SPADE | 3 | 2 | 1.5 | 0.375 | 0.25 | -0.125 | 0.5 |"
