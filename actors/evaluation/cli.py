@@ -30,7 +30,7 @@ from engine.protocol.errors import InputError, describe_failure, leaf_exceptions
 from engine.protocol.model_hub import fetch_hub_model, is_hub_id
 from engine.protocol.paths import read_checkpoint_version
 
-BACKENDS = ("auto", "transformers", "vllm", "scripted", "oracle")
+BACKENDS = ("auto", "transformers", "vllm", "scripted", "oracle", "copy", "random")
 
 
 class EvalInputError(InputError):
@@ -82,7 +82,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", help="the checkpoint of every RUN_DIR given without @NAME (default latest; `initial`: the base model)")
     p.add_argument("--out", help="results folder (default evals/SUITE); results.jsonl there makes a rerun resume")
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="auto (as `up`): vllm where it imports, else "
-                   "transformers; oracle: answers with the reference (tests)")
+                   "transformers; oracle: answers with the reference (tests); copy / random: chance players for games "
+                   "(the printed example, a uniform listed choice; actors/evaluation/chance.py)")
     p.add_argument("--script", help="--backend scripted: a JSON file {designer, hint, agent} of completions")
     p.add_argument("--episodes", type=int, help="episodes per dataset (rg-hard, envs) or samples per question")
     p.add_argument("--datasets", help="rg-hard: only these datasets, comma-separated")
@@ -142,6 +143,10 @@ def _make_backend(args, config):
             from actors.evaluation.oracle import OracleBackend
 
             return OracleBackend(path)
+        if args.backend in ("copy", "random"):
+            from actors.evaluation.chance import ChanceBackend
+
+            return ChanceBackend(path, args.backend, seed=config.run.seed)
         import torch
 
         from actors.inference.base import build_backend

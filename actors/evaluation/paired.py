@@ -61,8 +61,15 @@ def compare(rows: list[dict], suite_key: str, models: list[tuple[str, str]],
         out_differences.append({"a": a, "b": b, "difference": _mean_of_means(groups), "low": low, "high": high,
                                 "pairs": len(diffs), "excludes_zero": low > 0 or high < 0})
     datasets = sorted({d for d, _ in common})
+    per_game = []
+    for dataset in datasets:
+        keys = [k for k in common if k[0] == dataset]
+        row = {"dataset": dataset, "episodes": len(keys), "wins": {label: int(sum(wins[label][k] for k in keys)) for label in wins}}
+        row["changed"] = {f"{a}-{b}": [sum(1 for k in keys if wins[a][k] > wins[b][k]), sum(1 for k in keys if wins[a][k] < wins[b][k])]
+                          for a, b in differences}  # [gained, lost] pairs of a against b
+        per_game.append(row)
     return {"suite": suite_key, "datasets": datasets, "episodes_per_model": len(common), "models": out_models,
-            "differences": out_differences}
+            "differences": out_differences, "per_game": per_game}
 
 
 def comparison_markdown(comparison: dict) -> str:
@@ -76,4 +83,13 @@ def comparison_markdown(comparison: dict) -> str:
                      f"{d['pairs']} | {'yes' if d['excludes_zero'] else 'no'} |")
     lines += ["", f"{len(comparison['datasets'])} environments ({', '.join(comparison['datasets'])}); "
               "pairs: the same environment and seed played by both models"]
+    if comparison.get("per_game"):
+        labels = [m["label"] for m in comparison["models"]]
+        changes = [f"{d['a']}-{d['b']}" for d in comparison["differences"]]
+        lines += ["", "| game | " + " | ".join(f"{label} wins" for label in labels) + " | "
+                  + " | ".join(f"{c.replace('-', ' − ')} gained / lost" for c in changes) + " |",
+                  "|---|" + "---|" * (len(labels) + len(changes))]
+        for row in comparison["per_game"]:
+            lines.append(f"| {row['dataset']} | " + " | ".join(f"{row['wins'][label]} / {row['episodes']}" for label in labels) + " | "
+                         + " | ".join(f"+{row['changed'][c][0]} / −{row['changed'][c][1]}" for c in changes) + " |")
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """Learning benchmark: does self-play move the model, and more than training on the fixed pool it starts from?
 
-    bin/bench learning [--minutes 60] [--episodes 32] [--out runs/bench-learning] [--set SECTION.KEY=VALUE ...]
+    bin/bench learning [--minutes 60] [--episodes 64] [--out runs/bench-learning] [--set SECTION.KEY=VALUE ...]
                        [--spade-only] [--reuse-initial EARLIER_OUT] [--reuse-spade EARLIER_OUT]
 
 Three steps, each skipped when its result is already in --out (so an interrupted bench resumes; a fresh --out
@@ -9,18 +9,25 @@ repeats the experiment):
   2. `spade-engine up --minutes M --preset fixed-envs` (OUT/fixed): the same budget and settings with no designer,
      training on the probe's own games, the 12 easy and medium seeds (`curriculum.fixed_envs=OUT/probe-envs`), so
      the comparison is like for like (the hard seeds, which the probe leaves out, cannot be won in 3 turns).
-  3. The probe: the 12 easy and medium seed environments (OUT/probe-envs), `episodes` episodes each (384 per model by
+  3. The probe: the 12 easy and medium seed environments (OUT/probe-envs), `episodes` episodes each (768 per model by
      default), unhinted, played by the initial model, SPADE's final checkpoint and the fixed pool's with the runs'
-     own turn, token and temperature settings (`spade-engine eval ... --out OUT/probe`).
+     own turn, token and temperature settings (`spade-engine eval ... --out OUT/probe`), and on the same (game,
+     seed) pairs by two chance players (actors/evaluation/chance.py): the copy-bot, which plays the example each
+     game prints, and a uniform choice among the listed actions.
+Why 64 episodes a game: a paired difference's 95 % half-width is about 1.96 sqrt(d / n) for n pairs of which a share
+d changes outcome; the last hour's probe had d = 8 % (32 of 384), and training that moves the model changes more:
+768 pairs resolve 3 points up to d = 18 %, 384 only up to 9 %.
 The comparison (actors/evaluation/paired.py): each model's unhinted win rate, and the paired differences SPADE -
-initial, fixed - initial and SPADE - fixed, each with its 95 % bootstrap interval over the same (environment, seed)
-pairs. It is written to OUT/learning.md and to each run's probe/table.md (the run's report.html shows it), and the
+initial, fixed - initial, SPADE - fixed, initial - copy-bot and SPADE - copy-bot, each with its 95 % bootstrap
+interval over the same (environment, seed) pairs, a per-game table (each model's wins, the pairs each difference
+gained and lost), and the designer's side of each run (valid designs per refresh, learnable share, mean regret,
+groups with variance; `designer_side`). It is written to OUT/learning.md and to each run's probe/table.md (the run's report.html shows it), and the
 bench ends with one JSON line: ratio = the lower end of the SPADE rise's interval in points, target 0 (a rise whose
 interval excludes 0). `--set` values go to both runs, and the `play.*` ones to the probe too. `--spade-only` skips
 step 2 (half the time: SPADE against the initial model only; the fixed figures are then null). `--reuse-initial
 EARLIER_OUT` copies the initial model's probe episodes from an earlier experiment instead of playing them again
 (about 10 minutes saved), when they were played on the same probe environments, by the same model and backend,
-with the same turn, token and temperature settings; anything else is an error that says what differs.
+with the same turn, token, temperature and stop settings; anything else is an error that says what differs.
 `--reuse-spade EARLIER_OUT` takes the SPADE arm from an earlier experiment (or its saved copy, for example
 bin/benchmarks/results/learning-60-lora): its probe episodes and the initial model's are copied, and only the fixed
 pool is run and probed (about 70 minutes instead of 150). It is refused, saying what differs, unless the probe
@@ -49,6 +56,8 @@ SPADE = REPO / "bin" / "spade-engine"
 TARGET = 0.0
 INITIAL = "@initial"  # `RUN_DIR@initial` is the run's initial model to eval; its probe rows' label ends so
 PROBE_LEVELS = ("easy", "medium")  # the hard seeds are near 0 for the 135M model: they would only add noise
+# Chance on the same (game, seed) pairs (actors/evaluation/chance.py): label -> `eval --backend`.
+CHANCE = {"copy-bot": "copy", "random": "random"}
 
 
 def _log(text: str) -> None:
@@ -150,21 +159,29 @@ def _probe(out: Path, folder: Path, runs: dict[str, Path], episodes: int, settin
             sys.exit(f"the runs played with different [play] settings ({name}): they cannot share one probe")
     labels = [label for label in ["initial", *runs] if label not in reused]
     models = [f"{first}{INITIAL}" if label == "initial" else str(runs[label]) for label in labels]
-    command = [str(SPADE), "eval", *models, "--suite", "envs", "--file", str(folder), "--episodes", str(episodes),
-               "--turns", str(play["max_turns"]), "--max-tokens", str(play["agent_max_tokens"]),
-               "--temperature", str(play["agent_temperature"]), "--out", str(out / "probe"), "--json"]
+    flags = ["--suite", "envs", "--file", str(folder), "--episodes", str(episodes), "--turns", str(play["max_turns"]),
+             "--max-tokens", str(play["agent_max_tokens"]), "--temperature", str(play["agent_temperature"]),
+             "--out", str(out / "probe"), "--json"]
     for item in settings:
         if item.startswith("play."):
-            command += ["--set", item]
+            flags += ["--set", item]
+    table = _eval(models, flags)
+    played = dict(zip(labels, table["model_ids"]))
+    for label, backend in CHANCE.items():  # the same pairs played by chance (only the initial model's tokenizer is used)
+        played[label] = _eval([f"{first}{INITIAL}"], flags + ["--backend", backend])["model_ids"][0]
+    rows = [json.loads(line) for line in (out / "probe" / "results.jsonl").read_text().splitlines() if line.strip()]
+    order = dict.fromkeys(["initial", "SPADE", *runs, *CHANCE])  # the models' order in the table, each once
+    return rows, table["suite"], [(reused.get(label) or played[label], label) for label in order if label in reused or label in played]
+
+
+def _eval(models: list[str], flags: list[str]) -> dict:
+    """`spade-engine eval MODELS FLAGS` (its rows go to the probe's results.jsonl); its table (--json)."""
+    command = [str(SPADE), "eval", *models, *flags]
     _log(f"probe: {' '.join(command[1:])}")
     result = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
     if result.returncode != 0:
         sys.exit(f"the probe failed ({result.returncode})")
-    table = json.loads(result.stdout)
-    rows = [json.loads(line) for line in (out / "probe" / "results.jsonl").read_text().splitlines() if line.strip()]
-    played = dict(zip(labels, table["model_ids"]))
-    order = dict.fromkeys(["initial", "SPADE", *runs])  # the models' order in the table, each once
-    return rows, table["suite"], [(reused.get(label) or played[label], label) for label in order if label in reused or label in played]
+    return json.loads(result.stdout)
 
 
 def reuse_initial(source: Path, out: Path) -> int:
@@ -176,7 +193,7 @@ def reuse_initial(source: Path, out: Path) -> int:
         sys.exit(f"--reuse-initial {source}: no probe results there ({rows_file}); give an earlier bench's --out")
     _same_probe_envs(source, out, "--reuse-initial")
     mine, theirs = _play_settings(out / "spade"), _play_settings(source / "spade")
-    for key in ("max_turns", "agent_max_tokens", "agent_temperature"):
+    for key in ("max_turns", "agent_max_tokens", "agent_temperature", "stop_at_action"):
         if mine.get(key) != theirs.get(key):
             sys.exit(f"--reuse-initial {source}: it probed with play.{key} = {theirs.get(key)}, this run plays with "
                      f"{mine.get(key)}: the initial model must be probed again (drop --reuse-initial)")
@@ -280,7 +297,7 @@ def _commit() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="each run's wall-clock budget (up --minutes)")
-    parser.add_argument("--episodes", type=int, default=32, help="probe episodes per environment (12 environments)")
+    parser.add_argument("--episodes", type=int, default=64, help="probe episodes per environment (12 environments)")
     parser.add_argument("--out", default=str(REPO / "runs" / "bench-learning"), help="the experiment's folder")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="a config value for both runs")
     parser.add_argument("--spade-only", action="store_true", help="no fixed-pool run: SPADE against the initial model")
@@ -311,6 +328,7 @@ def main() -> None:
         _log(f"probe: the initial model's and SPADE's episodes copied from {args.reuse_spade}")
     rows, suite, models = _probe(out, folder, runs, args.episodes, args.set, reused)
     pairs = [("SPADE", "initial")] + ([("fixed", "initial"), ("SPADE", "fixed")] if "fixed" in runs else [])
+    pairs += [("initial", "copy-bot"), ("SPADE", "copy-bot")]
     comparison = compare(rows, suite, models, pairs)
     comparison.update(initial_model_sha256=model_sha256(next(iter(runs.values()))), probe_envs_sha256=probe_envs_sha256(folder), commit=_commit(),
                       settings=args.set, minutes=args.minutes, reused_spade=args.reuse_spade,
@@ -340,7 +358,9 @@ def main() -> None:
         "win_rate_initial": round(rates["initial"]["win_rate"], 4), "win_rate_spade": round(rates["SPADE"]["win_rate"], 4),
         "win_rate_fixed": round(rates["fixed"]["win_rate"], 4) if "fixed" in rates else None,
         "spade_rise_points": points(diffs["SPADE-initial"]), "fixed_rise_points": points(diffs.get("fixed-initial")),
-        "spade_minus_fixed_points": points(diffs.get("SPADE-fixed")), "settings": args.set, "reused_spade": args.reuse_spade, "out": str(out),
+        "spade_minus_fixed_points": points(diffs.get("SPADE-fixed")), "win_rate_copy_bot": round(rates["copy-bot"]["win_rate"], 4),
+        "win_rate_random": round(rates["random"]["win_rate"], 4), "spade_minus_copy_bot_points": points(diffs.get("SPADE-copy-bot")),
+        "settings": args.set, "reused_spade": args.reuse_spade, "out": str(out),
     }))
 
 

@@ -53,3 +53,16 @@ def test_only_episodes_both_models_played_count_and_the_hinted_arm_and_other_sui
 def test_a_difference_of_an_unknown_model_is_refused():
     with pytest.raises(ValueError, match="both must be among the models"):
         compare(_rows("a", {("e", 0): True}), SUITE, [("a", "x")], [("y", "x")])
+
+
+def test_each_game_counts_its_wins_and_the_pairs_a_model_gained_and_lost():
+    a = {("env0", 0): True, ("env0", 1): False, ("env0", 2): False, ("env1", 0): True, ("env1", 1): True}
+    b = {("env0", 0): False, ("env0", 1): True, ("env0", 2): True, ("env1", 0): True, ("env1", 1): False}
+    out = compare(_rows("a", a) + _rows("b", b), SUITE, [("a", "initial"), ("b", "SPADE")], [("SPADE", "initial")])
+    assert out["per_game"] == [
+        {"dataset": "env0", "episodes": 3, "wins": {"initial": 1, "SPADE": 2}, "changed": {"SPADE-initial": [2, 1]}},
+        {"dataset": "env1", "episodes": 2, "wins": {"initial": 2, "SPADE": 1}, "changed": {"SPADE-initial": [0, 1]}},
+    ]
+    lines = comparison_markdown(out).splitlines()
+    assert lines[-3].startswith("| game | initial wins | SPADE wins | SPADE − initial gained / lost |")
+    assert lines[-2:] == ["| env0 | 1 / 3 | 2 / 3 | +2 / −1 |", "| env1 | 2 / 2 | 1 / 2 | +0 / −1 |"]

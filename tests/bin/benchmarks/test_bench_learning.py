@@ -18,9 +18,10 @@ spec.loader.exec_module(learning)
 MODEL = "/models/SmolLM2"
 
 
-def _experiment(folder: Path, *, max_turns=3, model=MODEL, env_text="class E: ...\n", rows=()) -> Path:
+def _experiment(folder: Path, *, max_turns=3, model=MODEL, env_text="class E: ...\n", rows=(), stop_at_action=True) -> Path:
     (folder / "spade").mkdir(parents=True)
-    (folder / "spade" / "config.toml").write_text(f"[play]\nmax_turns = {max_turns}\nagent_max_tokens = 48\nagent_temperature = 1.0\n")
+    (folder / "spade" / "config.toml").write_text(f"[play]\nmax_turns = {max_turns}\nagent_max_tokens = 48\nagent_temperature = 1.0\n"
+                                                  f"stop_at_action = {str(stop_at_action).lower()}\n")
     (folder / "spade" / "run.json").write_text(json.dumps({"model_path": model}))
     (folder / "probe-envs").mkdir()
     (folder / "probe-envs" / "e.py").write_text(env_text)
@@ -49,6 +50,7 @@ def test_the_initial_models_rows_are_copied_under_this_probes_suite(tmp_path):
 
 @pytest.mark.parametrize("change, says", [
     (dict(max_turns=5), "play.max_turns = 3, this run plays with 5"),
+    (dict(stop_at_action=False), "play.stop_at_action = True, this run plays with False"),
     (dict(env_text="class Other: ...\n"), "probe environment e.py differs"),
     (dict(model="/models/other"), "this run's is /models/other"),
 ])
@@ -163,13 +165,17 @@ def test_the_probe_plays_only_the_models_not_reused_and_names_all_three(tmp_path
 
     def eval_stub(command, **kwargs):
         calls.append(command)
-        return subprocess.CompletedProcess(command, 0, stdout=json.dumps({"suite": "envs:x", "model_ids": ["vllm:/fixed/ckpt"]}))
+        backend = command[command.index("--backend") + 1] if "--backend" in command else "vllm"
+        ids = ["vllm:/fixed/ckpt"] if backend == "vllm" else [f"{backend}:/base"]
+        return subprocess.CompletedProcess(command, 0, stdout=json.dumps({"suite": "envs:x", "model_ids": ids}))
 
     monkeypatch.setattr(learning.subprocess, "run", eval_stub)
     _, suite, models = learning._probe(out, out / "probe-envs", {"fixed": out / "fixed"}, 32, [],
                                        {"initial": INITIAL_ID, "SPADE": SPADE_ID})
-    assert len(calls) == 1 and str(out / "fixed") in calls[0] and not any(str(a).endswith("@initial") for a in calls[0])
-    assert models == [(INITIAL_ID, "initial"), (SPADE_ID, "SPADE"), ("vllm:/fixed/ckpt", "fixed")]
+    assert len(calls) == 3 and str(out / "fixed") in calls[0] and not any(str(a).endswith("@initial") for a in calls[0])
+    assert [c[c.index("--backend") + 1] for c in calls[1:]] == ["copy", "random"]  # chance on the same pairs, always played
+    assert models == [(INITIAL_ID, "initial"), (SPADE_ID, "SPADE"), ("vllm:/fixed/ckpt", "fixed"), ("copy:/base", "copy-bot"),
+                      ("random:/base", "random")]
 
 
 def test_without_reuse_the_probe_plays_the_initial_model_and_both_arms_in_order(tmp_path, monkeypatch):
@@ -180,12 +186,16 @@ def test_without_reuse_the_probe_plays_the_initial_model_and_both_arms_in_order(
     ids = ["vllm:/base", "vllm:/spade/ckpt", "vllm:/fixed/ckpt"]
 
     def eval_stub(command, **kwargs):
+        if "--backend" in command:  # a chance player, on the initial model's tokenizer
+            assert command[2] == f"{out / 'spade'}@initial" and command[3] == "--suite"
+            backend = command[command.index("--backend") + 1]
+            return subprocess.CompletedProcess(command, 0, stdout=json.dumps({"suite": "envs:x", "model_ids": [f"{backend}:/base"]}))
         assert command[2:5] == [f"{out / 'spade'}@initial", str(out / "spade"), str(out / "fixed")]
         return subprocess.CompletedProcess(command, 0, stdout=json.dumps({"suite": "envs:x", "model_ids": ids}))
 
     monkeypatch.setattr(learning.subprocess, "run", eval_stub)
     _, _, models = learning._probe(out, out / "probe-envs", {"SPADE": out / "spade", "fixed": out / "fixed"}, 32, [])
-    assert models == list(zip(ids, ["initial", "SPADE", "fixed"]))
+    assert models == list(zip(ids + ["copy:/base", "random:/base"], ["initial", "SPADE", "fixed", "copy-bot", "random"]))
 
 
 def test_the_earlier_arm_is_checked_before_the_fixed_pool_runs(tmp_path):

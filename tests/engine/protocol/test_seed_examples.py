@@ -4,13 +4,12 @@ then copying it wins exactly at chance. Checked over many seeds for each game wi
 independence between the answer and the example (the seeds' code runs in-process here: it is this repository's
 data). Each game's `answer` and `example` below read the game's own state (the test's knowledge, not the engine's)."""
 
-import importlib.util
 import random
 import re
 
 import pytest
 
-from engine.protocol.paths import SEEDS_DIR
+from tests.seed_helpers import probe_seed_files, seed_env_class
 
 SEEDS = 4000
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -45,20 +44,6 @@ KEYS = {
 }
 
 
-def _probe_seeds() -> list[str]:
-    import json
-
-    manifest = json.loads((SEEDS_DIR / "manifest.json").read_text())
-    return sorted(e["file"] for e in manifest if e.get("level") in ("easy", "medium"))
-
-
-def _env_class(file: str):
-    spec = importlib.util.spec_from_file_location(file.removesuffix(".py"), SEEDS_DIR / file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return next(v for k, v in vars(module).items() if k.endswith("Env") and isinstance(v, type))
-
-
 def chi_square_dependent(pairs: list[tuple]) -> tuple[float, int]:
     """Pearson's chi-square statistic of the answer x example contingency table, and its degrees of freedom."""
     rows, cols = sorted({a for a, _ in pairs}, key=str), sorted({b for _, b in pairs}, key=str)
@@ -73,12 +58,12 @@ def chi_square_dependent(pairs: list[tuple]) -> tuple[float, int]:
 
 
 def test_every_probe_seed_is_covered():
-    assert _probe_seeds() == sorted(KEYS)
+    assert probe_seed_files() == sorted(KEYS)
 
 
 @pytest.mark.parametrize("file", sorted(KEYS))
 def test_the_printed_example_is_independent_of_the_answer(file):
-    env = _env_class(file)()
+    env = seed_env_class(file)()
     pairs = []
     for seed in random.Random(0).sample(range(10**9), SEEDS):
         observation, _ = env.reset(seed=seed)
