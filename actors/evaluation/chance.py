@@ -23,7 +23,7 @@ import hashlib
 import random
 import re
 
-from actors.inference.base import Generation, GenerationRequest, InferenceBackend
+from actors.evaluation.replying import ReplyingBackend
 
 KINDS = ("copy", "random")
 BOX_OPEN = "\\boxed{"
@@ -95,22 +95,13 @@ def user_header(tokenizer) -> str:
     return between[len(between) - n:]
 
 
-class ChanceBackend(InferenceBackend):
+class ChanceBackend(ReplyingBackend):
     def __init__(self, model_path: str, kind: str, *, seed: int = 0):
-        from actors.inference.hf import load_tokenizer, stop_token_ids
-
         if kind not in KINDS:
             raise ValueError(f"a chance player is one of {', '.join(KINDS)} (got {kind!r})")
+        super().__init__(model_path)
         self.name, self.seed = kind, seed
-        self._tokenizer = load_tokenizer(model_path)
-        eos = self._tokenizer.eos_token_id
-        stops = stop_token_ids(self._tokenizer)
-        self.stop_id = eos if eos in stops else stops[0]
         self.header = user_header(self._tokenizer)
-
-    @property
-    def tokenizer(self):
-        return self._tokenizer
 
     def action(self, prompt: str) -> str:
         observation = prompt.rsplit(self.header, 1)[-1] if self.header else prompt
@@ -121,19 +112,6 @@ class ChanceBackend(InferenceBackend):
         digest = hashlib.sha256(f"{self.seed}:{prompt}".encode()).digest()
         return random.Random(digest).choice(offered) if offered else ""
 
-    def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
-        out = []
-        for request in requests:
-            prompt = self._tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
-            action = self.action(prompt)
-            reply = f"{action}}}" if prompt.rstrip().endswith(BOX_OPEN) else f"\\boxed{{{action}}}"
-            ids = self._tokenizer(reply, add_special_tokens=False)["input_ids"]
-            ids = (ids + [self.stop_id])[: max(1, request.max_new_tokens)]
-            out.append(Generation(
-                completion_ids=ids, logprobs=[0.0] * len(ids), text=self._tokenizer.decode(ids, skip_special_tokens=True),
-                finish_reason="stop" if ids[-1] == self.stop_id else "length", policy_version=self.policy_version,
-            ))
-        return out
-
-    def load_weights(self, path: str, version: int) -> None:
-        self.policy_version = version
+    def reply(self, prompt: str) -> str:
+        action = self.action(prompt)
+        return f"{action}}}" if prompt.rstrip().endswith(BOX_OPEN) else f"\\boxed{{{action}}}"

@@ -11,27 +11,18 @@ model. A prompt that holds no registered question gets a reply without any answe
 
 from __future__ import annotations
 
-from actors.inference.base import Generation, GenerationRequest, InferenceBackend
+from actors.evaluation.replying import ReplyingBackend
 
 UNKNOWN = "I do not know."
 
 
-class OracleBackend(InferenceBackend):
+class OracleBackend(ReplyingBackend):
     name = "oracle"
 
     def __init__(self, model_path: str, *, seed: int = 0):
-        from actors.inference.hf import load_tokenizer, stop_token_ids
-
         del seed
-        self._tokenizer = load_tokenizer(model_path)
-        eos = self._tokenizer.eos_token_id
-        stops = stop_token_ids(self._tokenizer)
-        self.stop_id = eos if eos in stops else stops[0]
+        super().__init__(model_path)
         self.replies: dict[str, str] = {}
-
-    @property
-    def tokenizer(self):
-        return self._tokenizer
 
     def expect(self, question: str, reply: str) -> None:
         self.replies[question] = reply
@@ -41,17 +32,5 @@ class OracleBackend(InferenceBackend):
         found = [q for q in self.replies if q and q in prompt]
         return self.replies[max(found, key=len)] if found else UNKNOWN
 
-    def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
-        out = []
-        for request in requests:
-            prompt = self._tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
-            ids = self._tokenizer(self.reply_for(prompt), add_special_tokens=False)["input_ids"]
-            ids = (ids + [self.stop_id])[: max(1, request.max_new_tokens)]
-            out.append(Generation(
-                completion_ids=ids, logprobs=[0.0] * len(ids), text=self._tokenizer.decode(ids, skip_special_tokens=True),
-                finish_reason="stop" if ids[-1] == self.stop_id else "length", policy_version=self.policy_version,
-            ))
-        return out
-
-    def load_weights(self, path: str, version: int) -> None:
-        self.policy_version = version
+    def reply(self, prompt: str) -> str:
+        return self.reply_for(prompt)

@@ -64,5 +64,5 @@ def test_each_game_counts_its_wins_and_the_pairs_a_model_gained_and_lost():
         {"dataset": "env1", "episodes": 2, "wins": {"initial": 2, "SPADE": 1}, "changed": {"SPADE-initial": [0, 1]}},
     ]
     lines = comparison_markdown(out).splitlines()
-    assert lines[-3].startswith("| game | initial wins | SPADE wins | SPADE − initial gained / lost |")
+    assert lines[-4].startswith("| game | initial wins | SPADE wins | SPADE − initial gained / lost |")
     assert lines[-2:] == ["| env0 | 1 / 3 | 2 / 3 | +2 / −1 |", "| env1 | 2 / 2 | 1 / 2 | +0 / −1 |"]
