@@ -27,7 +27,10 @@ from tests.e2e.helpers import K, REPO, subprocess_env, up_command, up_script
 def test_up_runs_the_whole_loop(tiny_model_path, tmp_path):
     run_dir = tmp_path / "run"
     result = subprocess.run(
-        up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=3), cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300
+        # groups of 6: the weights must change, so some group must have reward variance (with 2 plays, 6 groups all
+        # without variance happen 1 run in 64; with 6 plays, about 1 in 10^9)
+        up_command(tiny_model_path, run_dir, up_script(tmp_path), steps=3, extra=("--set", "play.plays_per_env=6")),
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "run directory:" in result.stdout
