@@ -1,5 +1,6 @@
-"""The Reasoning Agent: plays one environment episode in the sandbox, turn by turn, and returns its trajectory
-(`play_episode` hands a task to its setting's runner, actors/settings.py; a game's is `play_game_episode`).
+"""The Reasoning Agent: plays one game episode in the sandbox, turn by turn, and returns its trajectory
+(`play_game_episode`; actors/settings.py `for_play` gives a task to its setting's runner, tool use's being
+actors/tool_use/agent.py).
 
 First turn: the reference's player prompt around the first observation (with `HINT: ...` appended on the hint
 arm), or with `play.agent_prompt = "answer"` one asking for the action only; later turns: the raw observation.
@@ -20,7 +21,6 @@ from actors.chat import ChatContext
 from actors.parsing import action_stops, parse_action
 from actors.prompts import agent_first_message
 from actors.sandbox import EpisodeFailed
-from actors.settings import SETTINGS
 from engine.protocol.messages import PlayResult, PlayTask, TurnRecord
 
 
@@ -28,11 +28,6 @@ def episode_return(last_reward: float, terminated: bool) -> float:
     if not terminated or not math.isfinite(last_reward):
         return 0.0
     return max(-1.0, min(1.0, float(last_reward)))
-
-
-async def play_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config, worker_id: str) -> PlayResult:
-    """One episode of `task` as its setting plays it (a game here; tool use in actors/tool_use/agent.py)."""
-    return await SETTINGS[task.setting].play(task, batcher=batcher, pool=pool, tokenizer=tokenizer, play_config=play_config, worker_id=worker_id)
 
 
 async def play_game_episode(task: PlayTask, *, batcher, pool, tokenizer, play_config, worker_id: str) -> PlayResult:

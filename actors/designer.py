@@ -31,7 +31,7 @@ from actors.prompts import (
     edit_user_message,
     hint_user_message,
 )
-from actors.sandbox import validate_environment
+from actors.settings import validate_environment
 from actors.settings import SETTINGS
 from engine.protocol.contract import code_fingerprint
 from engine.protocol.messages import DesignResult, DesignTask

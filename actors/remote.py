@@ -16,7 +16,6 @@ loaded from here (a shared filesystem), unless `--fetch-policy` says fetch every
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 import msgspec
 import trio
 
+from engine.protocol.digests import sha256_file
 from engine.protocol.errors import RunFailed
 from engine.protocol.messages import (
     FetchChunk,
@@ -51,14 +51,6 @@ class FetchError(RunFailed):
 
 def _log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class PolicyFetcher:

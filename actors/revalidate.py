@@ -15,7 +15,8 @@ import time
 import traceback
 
 from actors.designer import VALIDATION_MAX_TURNS
-from actors.sandbox import SandboxSettings, open_sandbox_pool, validate_environment
+from actors.sandbox import SandboxSettings, open_sandbox_pool
+from actors.settings import validate_environment
 from engine.protocol.messages import TaskFailed, ValidateResult, ValidateTask
 
 

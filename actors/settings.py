@@ -2,17 +2,18 @@
 
     for_play(task).play(task, batcher=..., pool=..., tokenizer=..., play_config=..., worker_id=...)   # actors/worker.py
     SETTINGS[task.setting].designer_system, .design_prompt(task, play_config, max_turns), .hint_system  # actors/designer.py
-    for_source(source).validate(pool, source, hint=..., max_turns=..., seeds=..., quality_checks=...)  # the validator
+    await validate_environment(pool, source, hint=..., max_turns=..., seeds=..., quality_checks=...)  # its validator
 
 - games: text games over `reset`/`step` (actors/agent.py, actors/prompts.py, actors/sandbox/validator.py);
 - tool_use: tool APIs over `ToolUseBaseEnv` (actors/tool_use/);
 - reasoning_gym: a Reasoning-Gym problem in a PlayTask (the RLVE baseline's plays and the in-loop rg-hard
-  evaluation, actors/evaluation/rg_play.py): no designer, no sandbox.
+  evaluation, actors/reasoning_gym/play.py): no designer, no sandbox.
 The wire names the first two in `setting`; a Reasoning-Gym problem is a PlayTask whose code carries
 REASONING_GYM_PREFIX (engine/protocol/messages.py), and a design is tool use when its source derives from
 ToolUseBaseEnv, whatever the task said: `for_play` and `for_source` are the one place each is told apart.
-The runners and validators are imported when first called: they import the sandbox, whose validator asks this
-module for the setting of a design.
+The runners and validators are imported when first called (they import the sandbox and torch's backends).
+`validate_environment(pool, source, ...)`: a design checked by its setting's validator (the designer, the
+revalidation and `spade-engine validate` call it); the sandbox itself knows no setting.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ async def _play_tools(task, **common):
 
 
 async def _play_reasoning_gym(task, **common):
-    from actors.evaluation.rg_play import play_reasoning_gym
+    from actors.reasoning_gym.play import play_reasoning_gym
 
     return await play_reasoning_gym(task, **common)
 
@@ -90,3 +91,15 @@ def for_play(task: PlayTask) -> Setting:
 def for_source(source: str) -> Setting:
     """Whose validator checks the design `source`: tool use for a ToolUseBaseEnv subclass, else a game."""
     return TOOL_USE if is_tool_use_source(source) else GAMES
+
+
+async def validate_environment(pool, source: str, *, hint: str | None = None, max_turns: int = 25,
+                               seeds: tuple[int, ...] = (0, 1, 2), quality_checks: bool = True):
+    """Check a design statically, then by playing it in `pool`, with its setting's validator (`for_source`); a
+    `Verdict` (actors/sandbox/validator.py). Never raises for a bad design. `quality_checks=False`: the project's
+    quality filters report notes instead of rejecting."""
+    seeds = tuple(seeds)
+    if not seeds:
+        raise ValueError("validate_environment needs at least one seed")
+    return await for_source(source).validate(pool, source, hint=hint, max_turns=max_turns, seeds=seeds,
+                                             quality_checks=quality_checks)

@@ -98,7 +98,7 @@ def _local_dir(opts: WorkerOptions, key: WorkerKey | None) -> Path:
 
 
 async def run_worker(opts: WorkerOptions) -> None:
-    from actors.inference.base import build_backend
+    from actors.inference.factory import build_backend
     from actors.sandbox import SandboxSettings, open_sandbox_pool
 
     worker_id = opts.worker_id

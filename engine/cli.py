@@ -300,13 +300,13 @@ def _environment_file(text: str) -> str:
 
 
 def cmd_validate(args) -> int:
-    from actors.sandbox.cli import validate_main
+    from actors.environment_cli import validate_main
 
     return validate_main(_environment_file(args.file), args.json)
 
 
 def cmd_play(args) -> int:
-    from actors.sandbox.cli import play_main
+    from actors.environment_cli import play_main
 
     return play_main(_environment_file(args.file), args.seed, args.hint, args.actions)
 

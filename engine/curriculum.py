@@ -11,6 +11,8 @@
   across refreshes (the reference's static pool), a new shuffled pass once it is used up.
 - `seed_record(env_id, skill, code, hint)`: how an environment no designer wrote (a seed, a fixed-pool game, an
   RLVE task) is stored: valid, source "seed".
+- `ActiveEnv`, `RefreshResult`: an environment played this step, and what a refresh returns (the designers' in
+  engine/refresh.py, RLVE's in engine/rlve.py).
 """
 
 from __future__ import annotations
@@ -210,3 +212,16 @@ class ActiveEnv(msgspec.Struct, kw_only=True):
             env_id=record.env_id, skill=record.skill, code=record.code, hint=record.hint, designed_now=designed_now,
             class_name=env_class_name(record.code),
         )
+
+
+class RefreshResult(msgspec.Struct, kw_only=True):
+    active: list[ActiveEnv]
+    requested: int  # design tasks sent (all attempts)
+    valid: int  # slots filled by a valid design made now
+    tokens: int  # tokens the designs generated
+    edits_requested: int = 0  # of `requested`, the edit tasks (a variant of a remembered environment)
+    edits_valid: int = 0  # of `valid`, the slots filled by a valid edit
+    duplicates: int = 0  # edits rejected because they reproduce an environment in memory
+    edit_replies: int = 0  # the edit tasks' replies (a number edit that copied its parent drew again: play.edit_draws)
+    # wall seconds by part of the refresh (engine/metrics/phases.py design_round_split, and "revalidation")
+    phase_seconds: dict[str, float] = msgspec.field(default_factory=dict)

@@ -39,6 +39,7 @@ from engine.protocol.contract import code_fingerprint, env_class_name
 from engine.curriculum import (
     ActiveEnv,
     Passage,
+    RefreshResult,
     PassageSampler,
     SeedEnvironment,
     active_skills,
@@ -64,19 +65,6 @@ RunTasks = Callable[[str, list], Awaitable[list]]
 def design_id(step: int, slot: int, attempt: int) -> str:
     """The id of a design: its task id, its environment id and its designer sample id."""
     return f"s{step:04d}-e{slot:02d}-a{attempt}"
-
-
-class RefreshResult(msgspec.Struct, kw_only=True):
-    active: list[ActiveEnv]
-    requested: int  # design tasks sent (all attempts)
-    valid: int  # slots filled by a valid design made now
-    tokens: int  # tokens the designs generated
-    edits_requested: int = 0  # of `requested`, the edit tasks (a variant of a remembered environment)
-    edits_valid: int = 0  # of `valid`, the slots filled by a valid edit
-    duplicates: int = 0  # edits rejected because they reproduce an environment in memory
-    edit_replies: int = 0  # the edit tasks' replies (a number edit that copied its parent drew again: play.edit_draws)
-    # wall seconds by part of the refresh (engine/metrics/phases.py design_round_split, and "revalidation")
-    phase_seconds: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 def design_record(task: DesignTask, result: DesignResult | TaskFailed) -> EnvironmentRecord:

@@ -12,7 +12,7 @@ plays at the top difficulty `high` count: once `window` of them are in, if their
 step + 1)); either way the count starts again. Problems are drawn uniformly from [low, high].
 
 How a task becomes an environment: the workers play Reasoning-Gym problems in-process as trusted environments
-(actors/evaluation/rg_play.py) rather than as generated stdlib-only code in the sandbox, because the datasets'
+(actors/reasoning_gym/play.py) rather than as generated stdlib-only code in the sandbox, because the datasets'
 own scorers (`score_answer`) are what RLVE's verifiers are, and they need the library (sympy and more), which the
 sandbox cannot import; the model's answers, which some scorers `eval`, are scored in a separate locked-down
 process. Each refresh (every step under the preset) draws `curriculum.envs_per_step` tasks without replacement
@@ -35,7 +35,7 @@ import random
 import msgspec
 
 from engine.protocol.config import Config, RlveConfig
-from engine.curriculum import ActiveEnv, pool_draw, seed_record
+from engine.curriculum import ActiveEnv, RefreshResult, pool_draw, seed_record
 from engine.protocol.messages import ReasoningGymTask, decode_reasoning_gym_task, encode_reasoning_gym_task
 from engine.protocol.paths import RG_HARD_FILE
 from storage.store import Store
@@ -112,10 +112,8 @@ def count_plays(store: Store, controller: SlidingWindow, first: int, stop: int) 
     return counted
 
 
-def rlve_refresh(store: Store, config: Config, step: int):
+def rlve_refresh(store: Store, config: Config, step: int) -> RefreshResult:
     """This refresh's Reasoning-Gym environments, at the controller's difficulties (engine/refresh.py's hook)."""
-    from engine.refresh import RefreshResult
-
     r, c = config.rlve, config.curriculum
     state = store.state()
     controller = SlidingWindow.of(r, state.rlve)

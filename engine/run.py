@@ -31,7 +31,7 @@ import time
 import trio
 
 from engine.batches import MissingTrajectory, StepBatch, batch_record, step_batch, stored_agent_samples, stored_batch_samples, stored_step_row
-from engine.curriculum import ActiveEnv, PassageSampler, SeedEnvironment, load_corpus
+from engine.curriculum import ActiveEnv, PassageSampler, RefreshResult, SeedEnvironment, load_corpus
 from engine.designer_reward import DesignerQueue, close_cut_window, designer_step
 from engine.evaluation import InLoopEval
 from engine.metrics.curriculum_signals import curriculum_metrics
@@ -45,7 +45,7 @@ from engine.protocol.config import Config
 from engine.protocol.errors import RunFailed
 from engine.protocol.messages import PolicyPublished, Sample
 from engine.protocol.paths import RunPaths
-from engine.refresh import Designs, RefreshResult
+from engine.refresh import Designs
 from storage.records import RunState
 from storage.store import Store
 

@@ -30,7 +30,7 @@ import msgspec
 
 from engine.protocol.config import OBJECTIVES
 from engine.protocol.config_loading import read_config_file
-from engine.protocol.errors import InputError, SpadeError
+from engine.protocol.errors import InputError, describe_failure
 from engine.protocol.metrics_file import read_rows
 from engine.protocol.paths import RunPaths
 from engine.protocol.replay_batches import ReplayBatches, read_batches
@@ -97,9 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"{args.batches} holds no batch")
         config = read_config_file(RunPaths(data.run_dir).config)
         results = {label: replay_objective(data, config, label, args.set, Path(args.out)) for label in args.objective or ["run"]}
-    except SpadeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except BaseException as exc:  # reported as every entry point reports (engine/protocol/errors.py)
+        text, code = describe_failure(exc)
+        print(text, file=sys.stderr)
+        return code
     labels = list(results)
     print("step  version  live loss     " + "  ".join(f"{label:>14}" for label in labels))
     for i, row in enumerate(results[labels[0]]):

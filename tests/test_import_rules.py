@@ -7,7 +7,11 @@
 - `actors` and `learner` import the protocol layer and themselves, never each other, never `storage`;
 - `engine` and `storage` never import torch, transformers, vllm or peft (so `--help` and the engine stay light);
 - no module under `engine/` reaches into the `actors/` or `learner/` folder by file path either: data both sides read
-  lives in engine/protocol/data/ and is named in engine/protocol/paths.py.
+  lives in engine/protocol/data/ and is named in engine/protocol/paths.py;
+- inside `engine`, the rooms import downward only: protocol <- peers, metrics (and rewards) <- the loop's stages <-
+  tools <- cli;
+- `actors.sandbox` imports nothing else of `actors` (infrastructure below the settings);
+- no import cycle among our modules, lazy imports included (type-only ones aside).
 Each exception is listed in EXCEPTIONS with its reason.
 """
 
@@ -26,7 +30,7 @@ HEAVY = ("torch", "transformers", "vllm", "peft", "accelerate")
 # (importing module, imported module): why it is allowed.
 EXCEPTIONS = {
     ("engine.cli", "actors.worker"): "the command line hands `worker` to the worker's own entry point (a lazy import)",
-    ("engine.cli", "actors.sandbox.cli"): "the command line hands `validate` and `play` to the sandbox's entry points (lazy)",
+    ("engine.cli", "actors.environment_cli"): "the command line hands `validate` and `play` to their entry points (lazy)",
     ("engine.cli", "actors.evaluation.cli"): "the command line hands `eval` to the evaluation's entry point (lazy)",
     ("engine.cli", "learner.replay"): "the command line hands `replay --train` to the learner's replay entry point (lazy: "
     "it trains, so it needs torch); the engine side reads the store and passes the batches in a file, so learner never reads storage",
@@ -191,3 +195,113 @@ def test_engine_does_not_reach_into_actors_or_learner_by_path():
 )
 def test_foreign_path_check_itself(line, caught):
     assert bool(foreign_paths(line)) is caught
+
+
+# engine's rooms, lowest first (README, "Layout"): a module imports only its own room and those below it. The loop's
+# stages are every other module of engine/ (run, refresh, plays, batches, designer_reward, ...); engine.rewards, the
+# reward arithmetic (pure functions over protocol types), sits with the metrics, which report it.
+ROOMS = {"engine.protocol": 0, "engine.peers": 1, "engine.metrics": 1, "engine.rewards": 1, "engine.tools": 3, "engine.cli": 4}
+STAGES = 2
+
+
+def room(module: str) -> int:
+    return next((rank for prefix, rank in ROOMS.items() if module == prefix or module.startswith(prefix + ".")), STAGES)
+
+
+def room_violations() -> list[str]:
+    problems = []
+    for path in package_modules():
+        importer = module_name(path)
+        if layer(importer) not in ("engine", "protocol"):
+            continue
+        for imported, line in imports_of(path):
+            if imported.split(".")[0] == "engine" and room(imported) > room(importer):
+                problems.append(f"{path.relative_to(REPO)}:{line}: {importer} (room {room(importer)}) imports {imported} (room {room(imported)})")
+    return problems
+
+
+def test_engines_rooms_import_only_downward():
+    """protocol <- peers, metrics <- the loop's stages <- tools <- cli: so engine.tools (the offline commands) is
+    imported by engine.cli alone, and nothing the loop runs depends on a command."""
+    assert room_violations() == []
+
+
+@pytest.mark.parametrize("importer, imported, allowed", [
+    ("engine.peers.result_checks", "engine.tools.models", False),
+    ("engine.metrics.curriculum_signals", "engine.tools.transcript", False),
+    ("engine.run", "engine.peers.hub", True),
+    ("engine.tools.report", "engine.metrics.observations", True),
+    ("engine.cli", "engine.tools.node_plan", True),
+    ("engine.protocol.placement", "engine.peers.hub", False),
+])
+def test_the_rooms_rule_itself(importer, imported, allowed):
+    assert (room(imported) <= room(importer)) is allowed
+
+
+def test_the_sandbox_imports_nothing_else_of_actors():
+    """actors/sandbox is infrastructure: which validator a design gets, and who plays a task, are actors/settings.py's."""
+    found = [f"{path.relative_to(REPO)}:{line}: {imported}" for path in sorted((REPO / "actors" / "sandbox").rglob("*.py"))
+             for imported, line in imports_of(path)
+             if imported.startswith("actors.") and not imported.startswith("actors.sandbox")]
+    assert found == []
+
+
+def _module_imports(path: Path) -> set[str]:
+    """The modules of ours `path` imports at run time (lazy ones included), each resolved to the module file that
+    holds it: imports under `if TYPE_CHECKING:` are left out, and so is the package of `from package import module`."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    type_only = {n.lineno for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                 for n in ast.walk(node) if hasattr(n, "lineno")}
+    names = []
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            submodules = [f"{node.module}.{a.name}" for a in node.names if _is_module(f"{node.module}.{a.name}")]
+            names += submodules if len(submodules) == len(node.names) else [node.module, *submodules]
+    return {name for name in names if name.split(".")[0] in PACKAGES}
+
+
+def _is_module(name: str) -> bool:
+    base = REPO / Path(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def import_cycles() -> list[list[str]]:
+    """The strongly connected groups of two or more modules in the run-time import graph (Tarjan's algorithm)."""
+    modules = {module_name(p): p for p in package_modules()}
+    graph = {m: {n for n in _module_imports(p) if n in modules and n != m} for m, p in modules.items()}
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycles():
+    """No module of ours imports, through others, itself (type-only imports aside)."""
+    assert import_cycles() == []

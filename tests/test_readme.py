@@ -141,3 +141,12 @@ def test_a_reference_cell_reads_as_values():
     assert _reference_values('`reason`, `""`: reason step by step', 2) == ["reason", ""]
     assert _reference_values("5, 6000, 2, 2000", 4) == [5, 6000, 2, 2000]
     assert _reference_values("`false`: only its regret path", 1) == [False]
+
+
+def test_the_layout_names_every_engine_module_and_run_py_keeps_its_size():
+    layout = README.read_text().split("## Layout", 1)[1]
+    modules = [p for p in (README.parent / "engine").rglob("*.py")
+               if p.name not in ("__init__.py", "__main__.py") and "data" not in p.parts]
+    assert [str(p) for p in modules if p.stem not in layout] == []
+    bound = int(re.search(r"`engine/run.py` \(under (\d+) lines\)", README.read_text()).group(1))
+    assert len((README.parent / "engine" / "run.py").read_text().splitlines()) < bound

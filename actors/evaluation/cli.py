@@ -122,7 +122,7 @@ def _backend_name(args, config) -> str:
     """The backend that plays, with `auto` resolved as `up` resolves it (results are keyed by it)."""
     if args.backend != "auto":
         return args.backend
-    from actors.inference.base import backend_kind
+    from actors.inference.factory import backend_kind
 
     return backend_kind(config)
 
@@ -149,7 +149,7 @@ def _make_backend(args, config):
             return ChanceBackend(path, args.backend, seed=config.run.seed)
         import torch
 
-        from actors.inference.base import build_backend
+        from actors.inference.factory import build_backend
 
         torch.set_num_threads(config.inference.threads or os.cpu_count() or 1)
         return build_backend(config, path)
@@ -174,7 +174,7 @@ async def _interrupts(scope, state: dict, progress) -> None:
 async def _evaluate(models, suite, results, args, config, progress, state: dict) -> None:
     import trio
 
-    from actors.evaluation.rg_process import ReasoningGymProcess
+    from actors.reasoning_gym.process import ReasoningGymProcess
 
     rg = ReasoningGymProcess() if suite.name == "rg-hard" else None
     try:

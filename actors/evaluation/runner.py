@@ -2,9 +2,9 @@
 
     await evaluate_model(model, suite, results, make_backend=..., config=..., concurrency=8, progress=progress)
 
-Each item is played as its kind says (rg: actors/evaluation/rg_play.py; math / science: one reply scored by
+Each item is played as its kind says (rg: actors/reasoning_gym/play.py; math / science: one reply scored by
 actors/evaluation/scoring.py; code: the reply's code and the item's tests run in the sandbox pool; env: the
-agent's own episode, actors/agent.py `play_episode`, win = return > 0) and its row is written at once. Whatever
+agent's own episode, actors/agent.py `play_game_episode`, win = return > 0) and its row is written at once. Whatever
 goes wrong inside one episode (a hostile solution, a hung scorer, a problem that cannot be made) scores it 0 with
 the reason in the row's `failure`; the evaluation goes on.
 """
@@ -22,8 +22,8 @@ import trio
 from actors.chat import ChatContext, with_chat_template_kwargs
 from actors.evaluation import scoring
 from actors.parsing import after_thinking
-from actors.evaluation.rg_play import play_problem
-from actors.evaluation.rg_process import ReasoningGymError, ReasoningGymProcess
+from actors.reasoning_gym.play import play_problem
+from actors.reasoning_gym.process import ReasoningGymError, ReasoningGymProcess
 from actors.evaluation.suites import Item, Suite
 from engine.protocol.messages import PlayTask
 
@@ -95,11 +95,11 @@ async def play_item(item: Item, *, settings, batcher, tokenizer, play_config, po
         o = await play_problem(item.rg, batcher=batcher, tokenizer=tokenizer, play_config=play_config, process=rg, question=question)
         return {"score": o.score, "win": o.win, "answer": o.answer, "failure": o.failure, "reply": "\n---\n".join(o.replies), "tokens": o.tokens}
     if item.kind == "env":
-        from actors.agent import play_episode
+        from actors.settings import for_play
 
         task = PlayTask(task_id=f"eval-{item.dataset}-{item.episode}", env_id=item.dataset, skill=item.skill, code=item.code,
                         hint=item.hint, arm="hint" if item.hint else "no_hint", seed=item.seed, step=0)
-        r = await play_episode(task, batcher=batcher, pool=pool, tokenizer=tokenizer, play_config=play_config, worker_id="eval")
+        r = await for_play(task).play(task, batcher=batcher, pool=pool, tokenizer=tokenizer, play_config=play_config, worker_id="eval")
         win = r.status != "failed" and r.episode_return > 0
         return {"score": r.episode_return, "win": win, "answer": r.turns[-1].action if r.turns else None,
                 "failure": r.failure, "reply": "", "tokens": r.tokens_generated}

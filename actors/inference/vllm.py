@@ -1,6 +1,6 @@
 """The vLLM inference backend: continuous batching of every actor's requests, weight updates in place.
 
-    backend = VLLMBackend(model_path, config.inference, seed=0)     # built by base.build_backend ("vllm")
+    backend = VLLMBackend(model_path, config.inference, seed=0)     # built by factory.build_backend ("vllm")
     generation = await backend.generate_async(request)             # from any Trio task, as requests come
     backend.load_weights(policy_folder, version)                    # between requests; raises on failure / timeout
     backend.close()

@@ -1,6 +1,8 @@
-"""The validator every environment design passes before it can be played.
+"""The games' validator, which every game design passes before it can be played (a tool-use design gets
+actors/tool_use/validator.py's; actors/settings.py `validate_environment` picks), and what both share: `Check`,
+`Verdict`, `static_checks`, `CheckFailed`.
 
-    verdict = await validate_environment(pool, source, hint=hint)
+    verdict = await validate_game(pool, source, hint=hint, max_turns=25, seeds=(0, 1, 2), quality_checks=True)
     if not verdict.valid: print(verdict.reason)
 
 First the f-string brace repair (`repair.py`), then the static checks (`static_checks.py`, a quality filter),
@@ -84,8 +86,8 @@ def boxed(action: str) -> str:
     return action if action.lstrip().startswith("\\boxed{") else f"\\boxed{{{action}}}"
 
 
-class _Stop(Exception):
-    """A dynamic check failed; the plays stop."""
+class CheckFailed(Exception):
+    """A dynamic check failed; the plays stop (raised by both settings' validators)."""
 
     def __init__(self, check: str, detail: str) -> None:
         super().__init__(check)
@@ -106,11 +108,11 @@ class _Play:
 
     def _observe(self, observation: str, where: str) -> None:
         if len(observation) > MAX_OBSERVATION_CHARS:
-            raise _Stop("observation_size", f"{where}: observation of {len(observation)} characters "
+            raise CheckFailed("observation_size", f"{where}: observation of {len(observation)} characters "
                                             f"(at most {MAX_OBSERVATION_CHARS})")
         if self.hint and self.hint in observation:
             if self.quality:
-                raise _Stop("hint_not_leaked", f"{where}: the hint appears in the observation")
+                raise CheckFailed("hint_not_leaked", f"{where}: the hint appears in the observation")
             self.leaks.append(where)
 
     async def _reset(self) -> str:
@@ -124,7 +126,7 @@ class _Play:
         self._observe(result.observation, where)
         low, high = REWARD_RANGE if self.quality else REFERENCE_REWARD_RANGE
         if not low <= result.reward <= high:
-            raise _Stop("rewards_finite_in_range", f"{where}: reward {result.reward} outside [{low}, {high}]")
+            raise CheckFailed("rewards_finite_in_range", f"{where}: reward {result.reward} outside [{low}, {high}]")
         return result.observation, result.reward, result.terminated, result.truncated
 
     async def run(self) -> None:
@@ -139,7 +141,7 @@ class _Play:
             if step[2] or step[3]:
                 break
         else:
-            raise _Stop("ends_within_max_turns", f"seed {self.seed}: the fuzzed episode had not ended after "
+            raise CheckFailed("ends_within_max_turns", f"seed {self.seed}: the fuzzed episode had not ended after "
                                                  f"{self.max_turns} turns")
         await self._reset()
         self.solution = await _attributed(self.episode.solution(), "solution_wins")
@@ -163,7 +165,7 @@ async def _attributed(awaitable: Any, phase: str) -> Any:
     try:
         return await awaitable
     except EpisodeFailed as failure:
-        raise _Stop(_check_for(failure, phase), f"{failure.kind}: {failure.detail}") from None
+        raise CheckFailed(_check_for(failure, phase), f"{failure.kind}: {failure.detail}") from None
 
 
 def _check_for(failure: EpisodeFailed, phase: str) -> str:
@@ -176,14 +178,19 @@ def _check_for(failure: EpisodeFailed, phase: str) -> str:
     return phase
 
 
-def _static(source: str) -> tuple[list[Check], str]:
+def static_checks(source: str) -> tuple[list[Check], ast.Module | None]:
+    """`parses`, then every check of actors/sandbox/static_checks.py in its order (`single_env_class` first, whose
+    detail names the class when it passes); no tree when the source does not parse. Both settings start here."""
     try:
         tree = ast.parse(source)
     except SyntaxError as error:
-        return [Check("parses", False, f"SyntaxError: {error.msg} (line {error.lineno})")], ""
-    checks = [Check("parses", True, "ast.parse succeeded")]
-    checks += [Check(name, passed, detail) for name, passed, detail in run_static_checks(tree)]
-    class_name = checks[1].detail if checks[1].passed else ""
+        return [Check("parses", False, f"SyntaxError: {error.msg} (line {error.lineno})")], None
+    return [Check("parses", True, "ast.parse succeeded")] + [Check(n, passed, detail) for n, passed, detail in run_static_checks(tree)], tree
+
+
+def _static(source: str) -> tuple[list[Check], str]:
+    checks, tree = static_checks(source)
+    class_name = checks[1].detail if tree is not None and checks[1].passed else ""
     return checks, class_name
 
 
@@ -204,11 +211,11 @@ async def _dynamic(pool: SandboxPool, source: str, hint: str | None, max_turns: 
                         await play.run()
                         pair.append(play)
                 except EpisodeFailed as failure:  # raised while loading: whatever the kind, it did not load
-                    raise _Stop("loads", f"{failure.kind}: {failure.detail}") from None
+                    raise CheckFailed("loads", f"{failure.kind}: {failure.detail}") from None
                 if episode.cleanup_problem:
-                    raise _Stop("clean_exit", f"seed {seed}: {episode.cleanup_problem}")
+                    raise CheckFailed("clean_exit", f"seed {seed}: {episode.cleanup_problem}")
             plays.append((pair[0], pair[1]))
-    except _Stop as stop:
+    except CheckFailed as stop:
         results[stop.check] = Check(stop.check, False, stop.detail)
         return results, class_name
     _conclude(results, plays, hint, max_turns, quality)
@@ -266,19 +273,6 @@ def _same(first: list[Any], second: list[Any]) -> bool:
         elif a != b:
             return False
     return True
-
-
-async def validate_environment(pool: SandboxPool, source: str, *, hint: str | None = None, max_turns: int = 25,
-                               seeds: tuple[int, ...] = (0, 1, 2), quality_checks: bool = True) -> Verdict:
-    """Check a design statically, then by playing it in `pool`. Never raises for a bad design.
-    `quality_checks=False`: the project's quality filters report notes instead of rejecting (module docstring)."""
-    seeds = tuple(seeds)
-    if not seeds:
-        raise ValueError("validate_environment needs at least one seed")
-    from actors.settings import for_source  # the tool-use setting's designs have checks of their own
-
-    return await for_source(source).validate(pool, source, hint=hint, max_turns=max_turns, seeds=seeds,
-                                             quality_checks=quality_checks)
 
 
 async def validate_game(pool: SandboxPool, source: str, *, hint: str | None, max_turns: int, seeds: tuple[int, ...],

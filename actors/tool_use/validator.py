@@ -23,8 +23,7 @@ import ast
 
 from actors.sandbox.pool import EpisodeFailed, SandboxPool
 from actors.sandbox.repair import repair_fstring_braces
-from actors.sandbox.static_checks import run_static_checks
-from actors.sandbox.validator import Check, Verdict
+from actors.sandbox.validator import Check, CheckFailed, Verdict, static_checks
 from actors.tool_use import BASE_CLASS
 from actors.tool_use.parsing import parse_reply
 
@@ -98,19 +97,11 @@ def example_value(schema):
     return {"integer": 1, "number": 1.0, "boolean": True, "array": [], "null": None}.get(kind, "test")
 
 
-class _Stop(Exception):
-    def __init__(self, check: str, detail: str) -> None:
-        super().__init__(check)
-        self.check, self.detail = check, detail
-
-
 def _static(source: str) -> tuple[list[Check], str]:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as error:
-        return [Check("parses", False, f"SyntaxError: {error.msg} (line {error.lineno})")], ""
-    checks = [Check("parses", True, "ast.parse succeeded")]
-    found = {name: Check(name, passed, detail) for name, passed, detail in run_static_checks(tree)}
+    parsed, tree = static_checks(source)
+    if tree is None:
+        return parsed, ""
+    checks, found = parsed[:1], {c.name: c for c in parsed[1:]}
     checks.append(found["single_env_class"])
     class_name = found["single_env_class"].detail if found["single_env_class"].passed else ""
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
@@ -134,7 +125,7 @@ async def _call(awaitable, check: str):
         return await awaitable
     except EpisodeFailed as failure:
         limit = failure.kind in ("timeout", "crashed", "limit")
-        raise _Stop("within_limits" if limit else check, f"{failure.kind}: {failure.detail}") from None
+        raise CheckFailed("within_limits" if limit else check, f"{failure.kind}: {failure.detail}") from None
 
 
 class _Seed:
@@ -148,13 +139,13 @@ class _Seed:
     def _seen(self, text: str, where: str) -> None:
         if self.hint and self.hint in text:
             if self.quality:
-                raise _Stop("hint_not_leaked", f"seed {self.seed}, {where}: the hint appears in a result")
+                raise CheckFailed("hint_not_leaked", f"seed {self.seed}, {where}: the hint appears in a result")
             self.results["hint_not_leaked"] = Check("hint_not_leaked", True, f"note: the hint appears at {where} (quality checks off)")
 
     async def _reset(self) -> str:
         observation, info = await _call(self.episode.reset(seed=self.seed), "reset_returns")
         if not observation.strip():
-            raise _Stop("reset_returns", f"seed {self.seed}: reset() returned an empty first instruction")
+            raise CheckFailed("reset_returns", f"seed {self.seed}: reset() returned an empty first instruction")
         self._seen(observation, "reset")
         return observation
 
@@ -169,7 +160,7 @@ class _Seed:
         self._check_specs(spec, first)
         plan = await _call(self.episode.solution(), "solution_solves")
         if not plan:
-            raise _Stop("solution_solves", "solution() must return the tool-call plan (tool calls, then the answer)")
+            raise CheckFailed("solution_solves", "solution() must return the tool-call plan (tool calls, then the answer)")
         planned = {}
         for reply in plan:
             for call in parse_reply(reply).calls:
@@ -181,10 +172,10 @@ class _Seed:
                 await self._reset()
                 outputs.append(await self._tool(name, arguments, "deterministic"))
             if outputs[0] != outputs[1]:
-                raise _Stop("deterministic", f"seed {self.seed}: {name}({arguments}) gave two different results "
+                raise CheckFailed("deterministic", f"seed {self.seed}: {name}({arguments}) gave two different results "
                                              f"from the same reset state")
             if outputs[0].startswith(f"Error: tool {name!r} is not implemented"):
-                raise _Stop("tool_specs", f"tool {name!r} has no tool_{name} method")
+                raise CheckFailed("tool_specs", f"tool {name!r} has no tool_{name} method")
         await self._reset()
         await self._play(plan)
         unused = [name for name in spec.tools if name not in planned]
@@ -196,32 +187,32 @@ class _Seed:
     def _check_specs(self, spec, first: str) -> None:
         tools, messages, criteria = spec.tools, spec.messages, spec.criteria
         if not spec.has_state:
-            raise _Stop("tool_specs", "reset() must set self._state to a dict")
+            raise CheckFailed("tool_specs", "reset() must set self._state to a dict")
         if not isinstance(tools, dict) or not MIN_TOOLS <= len(tools) <= MAX_TOOLS:
-            raise _Stop("tool_specs", f"self._tools must hold {MIN_TOOLS}-{MAX_TOOLS} tools, found {len(tools or {})}")
+            raise CheckFailed("tool_specs", f"self._tools must hold {MIN_TOOLS}-{MAX_TOOLS} tools, found {len(tools or {})}")
         if not messages or not MIN_MESSAGES <= len(messages) <= MAX_MESSAGES:
-            raise _Stop("tool_specs", f"self._user_messages must hold {MIN_MESSAGES}-{MAX_MESSAGES} instructions, "
+            raise CheckFailed("tool_specs", f"self._user_messages must hold {MIN_MESSAGES}-{MAX_MESSAGES} instructions, "
                                       f"found {len(messages or [])}")
         if len(criteria) != len(messages):
-            raise _Stop("tool_specs", f"{len(messages)} instructions but {len(criteria)} state checks in self._message_criteria")
+            raise CheckFailed("tool_specs", f"{len(messages)} instructions but {len(criteria)} state checks in self._message_criteria")
         if spec.current != 0:
-            raise _Stop("tool_specs", "reset() must set self._current_msg = 0")
+            raise CheckFailed("tool_specs", "reset() must set self._current_msg = 0")
         for name, tool in tools.items():
             if not isinstance(tool, dict) or not isinstance(tool.get("description"), str) or "parameters" not in tool:
-                raise _Stop("tool_specs", f"tool {name!r} needs a description and a parameters schema")
+                raise CheckFailed("tool_specs", f"tool {name!r} needs a description and a parameters schema")
             problem = schema_problem(tool["parameters"], f"{name}.parameters")
             if not problem and tool["parameters"].get("type") != "object":
                 problem = f"{name}.parameters: the type must be object"
             if problem:
-                raise _Stop("schemas_valid", problem)
+                raise CheckFailed("schemas_valid", problem)
         if not any(has_enum(t["parameters"]) for t in tools.values()):
-            raise _Stop("tool_specs", "no tool has an enum parameter (at least one is required)")
+            raise CheckFailed("tool_specs", "no tool has an enum parameter (at least one is required)")
         errors = [c for c in criteria if c.startswith("error")]
         if errors:
             self.criteria_errors.append(errors[0])
         met = sum(c == "true" for c in criteria)
         if met * 2 > len(criteria):
-            raise _Stop("criteria_at_reset", f"{met} of {len(criteria)} state checks already hold at reset")
+            raise CheckFailed("criteria_at_reset", f"{met} of {len(criteria)} state checks already hold at reset")
 
     async def _play(self, plan: list[str]) -> None:
         for index, reply in enumerate(plan):
@@ -234,10 +225,10 @@ class _Seed:
             self._seen(result.observation, f"step {index}")
             if result.terminated:
                 if result.reward < 1.0:
-                    raise _Stop("solution_solves", f"seed {self.seed}: the plan's answer earned {result.reward}")
+                    raise CheckFailed("solution_solves", f"seed {self.seed}: the plan's answer earned {result.reward}")
                 return
         spec = await _call(self.episode.inspect_tools(), "solution_solves")
-        raise _Stop("solution_solves", f"seed {self.seed}: the plan ended at instruction {spec.current + 1} of "
+        raise CheckFailed("solution_solves", f"seed {self.seed}: the plan ended at instruction {spec.current + 1} of "
                                        f"{len(spec.messages or [])} without a winning answer")
 
 
@@ -270,15 +261,15 @@ async def _dynamic(pool, source, hint, seeds, quality, tool_timeout_s) -> dict[s
                     play = _Seed(episode, seed, hint, quality, tool_timeout_s)
                     await play.run()
             except EpisodeFailed as failure:  # raised while loading
-                raise _Stop("within_limits" if failure.kind in ("timeout", "crashed", "limit") else "loads",
+                raise CheckFailed("within_limits" if failure.kind in ("timeout", "crashed", "limit") else "loads",
                             f"{failure.kind}: {failure.detail}") from None
             if episode.cleanup_problem:
-                raise _Stop("clean_exit", f"seed {seed}: {episode.cleanup_problem}")
+                raise CheckFailed("clean_exit", f"seed {seed}: {episode.cleanup_problem}")
             errors_at += play.criteria_errors[:1]
             for name, check in play.results.items():
                 if not check.passed or name not in results:
                     results[name] = check
-    except _Stop as stop:
+    except CheckFailed as stop:
         results[stop.check] = Check(stop.check, False, stop.detail)
         return results
     if len(errors_at) == len(seeds):

@@ -10,7 +10,9 @@ pipelines move the same bytes). Two receivers take the same volume, `--steps` st
   they are, one transaction per step.
 Each round runs both (in turn, fresh stores, the same workers' code); `--rounds` rounds, the best of each mode
 counts (the machine may be shared); the receiver's CPU time per result is printed too (what load does not blur).
-Ends with one JSON line
+The engine's workers say hello with the run's ipc secret, as `spade-engine worker` does (engine/peers/auth.py
+refuses a hello without it). Each wait is bounded (`WAIT_S`): workers that never say hello or stop answering end
+the bench with one error line, not a hang. Ends with one JSON line
 {"bench": "bus", "ratio": engine MB/s / raw MB/s, "target": 0.8, ...}.
 """
 
@@ -50,6 +52,11 @@ from engine.protocol.messages import (
 
 SLOTS = 8
 POOL = 32  # distinct samples; a task's is chosen by its id
+WAIT_S = 60.0  # the longest wait for the workers' hellos, or for any one result
+
+
+class BenchFailed(SystemExit):
+    pass
 
 
 def sample_pool(seed: int = 7) -> list[Sample]:
@@ -67,8 +74,9 @@ def sample_pool(seed: int = 7) -> list[Sample]:
     return pool
 
 
-def worker_main(address: str, worker_id: str) -> None:
-    """A simulated rollout worker: hello, then a PlayResult for every PlayTask, until Shutdown."""
+def worker_main(address: str, worker_id: str, secret: str = "") -> None:
+    """A simulated rollout worker: hello (with the run's ipc secret, for the engine), then a PlayResult for every
+    PlayTask, until Shutdown."""
     pool = sample_pool()
     turn = TurnRecord(action="1", parse_rule="boxed_last", reward=1.0, terminated=True, truncated=False, policy_version=0, observation_chars=80)
     encoder, decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(EngineToWorker)
@@ -76,7 +84,8 @@ def worker_main(address: str, worker_id: str) -> None:
     sock.setsockopt(zmq.IDENTITY, worker_id.encode())
     sock.setsockopt(zmq.LINGER, 1000)
     sock.connect(address)
-    sock.send(encoder.encode(WorkerHello(worker_id=worker_id, pid=os.getpid(), slots=SLOTS, isolation="none", backend="bench", policy_version=0)))
+    sock.send(encoder.encode(WorkerHello(worker_id=worker_id, pid=os.getpid(), slots=SLOTS, isolation="none", backend="bench",
+                                         policy_version=0, secret=secret)))
     while True:
         message = decoder.decode(sock.recv())
         if isinstance(message, Shutdown):
@@ -95,15 +104,26 @@ def tasks_of(step: int, n: int) -> list[PlayTask]:
     return [PlayTask(task_id=f"s{step:04d}-bench-{i:05d}", env_id="e0", skill="s", code="", hint="", arm="no_hint", seed=i, step=step) for i in range(n)]
 
 
-def start_workers(address: str, n: int, tag: str) -> list[subprocess.Popen]:
+def start_workers(address: str, n: int, tag: str, secret: str = "") -> list[subprocess.Popen]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return [subprocess.Popen([sys.executable, __file__, "--worker", address, f"{tag}{i}"], env=env) for i in range(n)]
+    return [subprocess.Popen([sys.executable, __file__, "--worker", address, f"{tag}{i}", secret], env=env) for i in range(n)]
+
+
+def stop_workers(workers: list[subprocess.Popen]) -> None:
+    """End the workers this bench started (by their pids), however it ends: a few seconds to leave after Shutdown."""
+    for w in workers:
+        try:
+            w.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            w.kill()
+            w.wait()
 
 
 def run_engine(root: Path, args) -> dict:
     import trio
 
     from engine.protocol.config_loading import dump_config, load_config
+    from engine.protocol.keys import ensure_ipc_secret
     from engine.peers.dispatch import Dispatcher
     from engine.metrics.live import LiveView
     from engine.protocol.paths import RunPaths
@@ -127,18 +147,29 @@ def run_engine(root: Path, args) -> dict:
             hub.policy_server = PolicyServer(paths, worker_sock, hub._run_info)
             await nursery.start(hub.dispatcher.run)
             nursery.start_soon(hub._receive_workers)
-            workers = start_workers(hub.bus.worker_address, args.workers, "e")
-            while len(hub.dispatcher.workers) < args.workers:
-                await trio.sleep(0.01)
-            started, cpu = time.perf_counter(), time.process_time()
-            for step in range(args.steps):
-                results = await hub.dispatcher.run_tasks(tasks_of(step, args.tasks))
-                plays = store_plays(engine.store, step, results)
-                assert len(plays) == args.tasks, [r for r in results if not isinstance(r, PlayResult)][:1]
-            out["seconds"], out["cpu_s"] = time.perf_counter() - started, time.process_time() - cpu
-            await hub.dispatcher.broadcast(Shutdown())
-            for w in workers:
-                await trio.to_thread.run_sync(w.wait)
+            workers = start_workers(hub.bus.worker_address, args.workers, "e", ensure_ipc_secret(paths.keys))
+            try:
+                with trio.move_on_after(WAIT_S) as hellos:
+                    while len(hub.dispatcher.workers) < args.workers:
+                        await trio.sleep(0.01)
+                if hellos.cancelled_caught:
+                    raise BenchFailed(f"bench bus: {len(hub.dispatcher.workers)} of {args.workers} simulated workers said hello "
+                                      f"to the engine within {WAIT_S:g} s (refused? see the bus counters: {hub.bus.counters()['workers']})")
+                started, cpu = time.perf_counter(), time.process_time()
+                for step in range(args.steps):
+                    with trio.move_on_after(WAIT_S * args.tasks) as tasks:
+                        results = await hub.dispatcher.run_tasks(tasks_of(step, args.tasks))
+                    if tasks.cancelled_caught:
+                        raise BenchFailed(f"bench bus: step {step}'s {args.tasks} results did not come back within {WAIT_S * args.tasks:g} s")
+                    plays = store_plays(engine.store, step, results)
+                    assert len(plays) == args.tasks, [r for r in results if not isinstance(r, PlayResult)][:1]
+                out["seconds"], out["cpu_s"] = time.perf_counter() - started, time.process_time() - cpu
+                await hub.dispatcher.broadcast(Shutdown())
+                with trio.move_on_after(WAIT_S):
+                    for w in workers:
+                        await trio.to_thread.run_sync(w.wait, abandon_on_cancel=True)
+            finally:
+                stop_workers(workers)
             out["counters"] = hub.bus.counters()["workers"]
             nursery.cancel_scope.cancel()
 
@@ -157,12 +188,28 @@ def run_raw(root: Path, args) -> dict:
     router = zmq.Context.instance().socket(zmq.ROUTER)
     router.setsockopt(zmq.SNDHWM, 1000)
     router.setsockopt(zmq.RCVHWM, 100)
+    router.setsockopt(zmq.RCVTIMEO, int(WAIT_S * 1000))  # a worker that never answers ends the bench, not hangs it
     router.bind(address)
     encoder = msgspec.msgpack.Encoder()
     workers = start_workers(address, args.workers, "r")
+    try:
+        return _raw_receive(router, env, db, encoder, idents_of(router, args.workers), args)
+    except zmq.Again:
+        raise BenchFailed(f"bench bus: the raw pipeline's workers stopped answering for {WAIT_S:g} s") from None
+    finally:
+        stop_workers(workers)
+        router.close(linger=100)
+        env.close()
+
+
+def idents_of(router, n: int) -> list[bytes]:
     idents = []
-    while len(idents) < args.workers:
+    while len(idents) < n:
         idents.append(router.recv_multipart()[0])  # the hellos
+    return idents
+
+
+def _raw_receive(router, env, db, encoder, idents: list[bytes], args) -> dict:
     started, cpu = time.perf_counter(), time.process_time()
     credit = {ident: SLOTS for ident in idents}
     for step in range(args.steps):
@@ -185,33 +232,13 @@ def run_raw(root: Path, args) -> dict:
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     for ident in idents:
         router.send_multipart([ident, encoder.encode(Shutdown())])
-    for w in workers:
-        w.wait()
-    router.close(linger=100)
     with env.begin(db=db) as txn:
         stored = txn.stat(db)["entries"]
-    env.close()
     return {"seconds": seconds, "cpu_s": cpu, "stored": stored}
 
 
-def main() -> int:
-    if sys.argv[1:2] == ["--worker"]:
-        worker_main(sys.argv[2], sys.argv[3])
-        return 0
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--tasks", type=int, default=128, help="PlayResults per step (one Store batch each)")
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    pool = sample_pool()
-    mean_kb = sum(len(s.tokens) + len(s.loss_mask) + len(s.logprobs) + len(s.versions) for s in pool) / len(pool) / 1024
-    total = args.steps * args.tasks
-    # the volume, from the pool (the same for both pipelines: a task's sample is fixed by its id)
-    sizes = [len(msgspec.msgpack.encode(pool[zlib.crc32(t.task_id.encode()) % POOL])) for s in range(args.steps) for t in tasks_of(s, args.tasks)]
-    megabytes = sum(sizes) / 1e6
-    print(f"workload: {args.workers} workers x {SLOTS} slots, {args.steps} steps x {args.tasks} PlayResults = {total} results, "
-          f"samples 4-32 KB (mean {mean_kb:.1f} KB), {megabytes:.1f} MB of samples", flush=True)
+def _rounds(args, megabytes: float, total: int) -> tuple[dict, list[float]]:
+    """Each round runs both pipelines on the same volume; the best of each mode, and each round's ratio."""
     best = {"engine": None, "raw": None}
     ratios = []
     with tempfile.TemporaryDirectory(prefix="bench-bus-") as tmp:
@@ -227,6 +254,37 @@ def main() -> int:
                 if best[mode] is None or result["seconds"] < best[mode]["seconds"]:
                     best[mode] = result
             ratios.append(figures["raw"]["seconds"] / figures["engine"]["seconds"])
+    return best, ratios
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--worker"]:
+        worker_main(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else "")
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--tasks", type=int, default=128, help="PlayResults per step (one Store batch each)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    pool = sample_pool()
+    mean_kb = sum(len(s.tokens) + len(s.loss_mask) + len(s.logprobs) + len(s.versions) for s in pool) / len(pool) / 1024
+    total = args.steps * args.tasks
+    # the volume, from the pool (the same for both pipelines: a task's sample is fixed by its id)
+    sizes = [len(msgspec.msgpack.encode(pool[zlib.crc32(t.task_id.encode()) % POOL])) for s in range(args.steps) for t in tasks_of(s, args.tasks)]
+    megabytes = sum(sizes) / 1e6
+    print(f"workload: {args.workers} workers x {SLOTS} slots, {args.steps} steps x {args.tasks} PlayResults = {total} results, "
+          f"samples 4-32 KB (mean {mean_kb:.1f} KB), {megabytes:.1f} MB of samples", flush=True)
+    try:
+        best, ratios = _rounds(args, megabytes, total)
+    except BaseException as exc:  # one line for a bench that cannot finish (inside Trio it comes in a group)
+        from engine.protocol.errors import leaf_exceptions
+
+        failed = next((e for e in leaf_exceptions(exc) if isinstance(e, BenchFailed)), None)
+        if failed is None:
+            raise
+        print(failed.code, file=sys.stderr)
+        return 1
     engine_rate, raw_rate = megabytes / best["engine"]["seconds"], megabytes / best["raw"]["seconds"]
     counters = best["engine"]["counters"]
     print(json.dumps({

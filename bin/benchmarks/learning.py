@@ -38,7 +38,6 @@ which learning.json records).
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -49,7 +48,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from actors.evaluation.paired import compare, comparison_markdown  # noqa: E402
-from engine.peers.policy_transfer import sha256_file  # noqa: E402
+from engine.protocol.digests import sha256_file  # noqa: E402
 
 SEEDS = REPO / "engine" / "protocol" / "data" / "seeds"
 SPADE = REPO / "bin" / "spade-engine"

@@ -181,6 +181,9 @@ async def pool_against_fresh() -> dict[str, float | str]:
 
 
 def main() -> int:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # no options: --help says what it measures
     warnings.simplefilter("default")
     load_before = os.getloadavg()[0]
     a = in_process()

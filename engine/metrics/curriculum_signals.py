@@ -34,7 +34,7 @@ from engine.metrics.formula_reveal import describe, formula_reveal, reset_text, 
 from engine.protocol.messages import PlayResult, unpack_ints, unpack_mask
 from engine.protocol.paths import RunPaths
 from engine.rewards import mean, win_rate
-from engine.tools.transcript import first_observation, load_tokenizer, prompt_text
+from engine.metrics.observations import first_observation, load_tokenizer, prompt_text
 
 NEAR_DUPLICATE = 0.95  # cosine similarity at which a design counts as a near-duplicate of a memory entry
 

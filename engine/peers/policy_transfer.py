@@ -24,7 +24,6 @@ keeps a new worker out for at most one TTL.
 from __future__ import annotations
 
 import collections
-import hashlib
 import secrets
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import trio
 
+from engine.protocol.digests import sha256_file
 from engine.protocol.messages import (
     FetchChunk,
     FetchFailed,
@@ -51,14 +51,6 @@ NOT_SERVED = {CHECKPOINT_STATE, CHECKPOINT_SUMMARY}  # a checkpoint's resume sta
 WINDOW = 8  # chunks a peer may hold unreturned (the fetcher keeps 4 in flight)
 TICKET_TTL_S = 30.0
 MAX_FETCHING = 256
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _read(path: Path, offset: int, size: int) -> bytes:

@@ -48,7 +48,7 @@ from engine.protocol.messages import (
     unpack_ints,
     unpack_mask,
 )
-from engine.tools.models import read_vocab_size
+from engine.protocol.model_config import read_vocab_size
 from engine.protocol.paths import RunPaths
 from engine.peers.ratelimit import Warnings
 from engine.protocol.transport import short_id

@@ -415,7 +415,7 @@ def sample_problem(sample: Sample, *, vocab_size: int | None = None, max_version
 # ---------------------------------------------------------------- Reasoning-Gym problems inside a PlayTask
 # A PlayTask whose `code` starts with REASONING_GYM_PREFIX carries, after it, a `ReasoningGymTask` as JSON: a
 # Reasoning-Gym problem (a trusted library, not model-written code) that the worker plays and scores outside the
-# sandbox (actors/evaluation/rg_play.py); the result is an ordinary PlayResult. Used by the RLVE baseline
+# sandbox (actors/reasoning_gym/play.py); the result is an ordinary PlayResult. Used by the RLVE baseline
 # (engine/rlve.py) and by the in-loop rg-hard evaluation (engine/evaluation.py). The prefix is a Python comment.
 REASONING_GYM_PREFIX = "# reasoning-gym task\n"
 

@@ -35,7 +35,6 @@ A plan whose expected memory exceeds a GPU's is refused in one line naming the f
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Literal
@@ -108,7 +107,7 @@ class WorkerPlacement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
 def _gpu_backend(config) -> str:
     """The backend that puts the model on a worker's GPUs: "vllm" (named, or "auto", which on a GPU machine is vLLM
-    or refused: actors/inference/base.py), "transformers" (one GPU, no tensor parallelism, unless inference.device
+    or refused: actors/inference/factory.py), "transformers" (one GPU, no tensor parallelism, unless inference.device
     is "cpu"), or "" (scripted, timed, or transformers on the CPU: the worker's GPUs hold nothing)."""
     kind = config.inference.backend
     if kind in ("vllm", "auto"):

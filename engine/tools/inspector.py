@@ -18,7 +18,8 @@ from engine.tools.env_table import SORT_KEYS, EnvRow, environment_rows, sort_row
 from engine.protocol.errors import InputError, UsageError
 from engine.protocol.paths import RunPaths
 from engine.tools.replay import open_store, report_skipped
-from engine.tools.transcript import chat_turns, decode_parts, load_tokenizer
+from engine.metrics.observations import load_tokenizer
+from engine.tools.transcript import chat_turns, decode_parts
 from storage.scan import tolerant, tolerant_get
 from storage.store import trajectory_key
 

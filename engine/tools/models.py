@@ -6,7 +6,6 @@
   causal-LM folder (config.json with a model type, weights, every shard its index names, tokenizer files).
 - `resolve_model_folder(text)`: `model.path` as a checked local folder: a path as it is, a hub id (`Qwen/Qwen3-4B`)
   as its snapshot in the Hugging Face cache, fetched once (engine/protocol/model_hub.py).
-- `read_vocab_size(path)`: the model's vocabulary size from its config.json (the bound of every token id).
 """
 
 from __future__ import annotations
@@ -77,20 +76,6 @@ def resolve_model_folder(text: str | Path, say=print) -> Path:
     if is_hub_id(text):
         return check_model_folder(fetch_hub_model(str(text), say=say))
     return check_model_folder(text)
-
-
-def read_vocab_size(path: str | Path) -> int | None:
-    """The model's vocabulary size (`vocab_size` in config.json, or in its `text_config`), without torch; None when
-    the folder or the field is missing. The engine bounds every token id a worker sends by it."""
-    try:
-        data = json.loads((Path(path).expanduser() / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    for table in (data, data.get("text_config")) if isinstance(data, dict) else ():
-        value = table.get("vocab_size") if isinstance(table, dict) else None
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
 
 
 def ensure_default_model(say=print) -> Path:

@@ -19,7 +19,6 @@ the compared updates start from exactly the weights the live run had.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -54,7 +53,7 @@ def report_skipped(skipped: list[StoredRecordError], paths: RunPaths) -> None:
 
 
 def print_main(args) -> int:
-    from engine.tools.transcript import load_tokenizer
+    from engine.metrics.observations import load_tokenizer
 
     paths = RunPaths(args.run_dir)
     tokenizer = None

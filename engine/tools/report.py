@@ -175,7 +175,7 @@ def _rank_rows(rows: list[EnvRow]) -> list[list]:
 
 def _details(store, paths: RunPaths, rows: list[EnvRow], skipped: list) -> str:
     from engine.tools.inspector import transcript_lines
-    from engine.tools.transcript import load_tokenizer
+    from engine.metrics.observations import load_tokenizer
     from storage.scan import tolerant_get
 
     try:

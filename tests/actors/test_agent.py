@@ -4,7 +4,7 @@ from pathlib import Path
 
 import trio
 
-from actors.agent import episode_return, play_episode
+from actors.agent import episode_return, play_game_episode
 from actors.inference.base import Generation
 from actors.sandbox import open_sandbox_pool
 from engine.protocol.config import PlayConfig
@@ -36,7 +36,7 @@ def _play(code, replies, hint="", max_turns=3):
     async def main():
         async with open_sandbox_pool(workers=1) as pool:
             batcher = FakeBatcher(replies)
-            result = await play_episode(_task(code, hint), batcher=batcher, pool=pool, tokenizer=FakeTokenizer(), play_config=PlayConfig(max_turns=max_turns), worker_id="w")
+            result = await play_game_episode(_task(code, hint), batcher=batcher, pool=pool, tokenizer=FakeTokenizer(), play_config=PlayConfig(max_turns=max_turns), worker_id="w")
             return result, batcher
 
     return trio.run(main)
@@ -58,7 +58,7 @@ def test_replies_are_asked_to_stop_at_the_action():
     async def main(config):
         async with open_sandbox_pool(workers=1) as pool:
             batcher = FakeBatcher(["1}", "2}"])
-            await play_episode(_task(PICK), batcher=batcher, pool=pool, tokenizer=FakeTokenizer(), play_config=config, worker_id="w")
+            await play_game_episode(_task(PICK), batcher=batcher, pool=pool, tokenizer=FakeTokenizer(), play_config=config, worker_id="w")
             return batcher.stops
 
     stops = trio.run(main, PlayConfig(max_turns=2))
@@ -88,7 +88,7 @@ def test_a_cut_off_reply_ends_the_episode_when_asked():
     """The reference: a reply without an end-of-turn token (cut at the token limit) ends the episode, truncated."""
     async def main(config):
         async with open_sandbox_pool(workers=1) as pool:
-            return await play_episode(_task(PICK), batcher=FakeBatcher(["\\boxed{1}", "\\boxed{2}"]), pool=pool, tokenizer=FakeTokenizer(), play_config=config, worker_id="w")
+            return await play_game_episode(_task(PICK), batcher=FakeBatcher(["\\boxed{1}", "\\boxed{2}"]), pool=pool, tokenizer=FakeTokenizer(), play_config=config, worker_id="w")
 
     cut = trio.run(main, PlayConfig(max_turns=3, end_on_cutoff=True))
     assert cut.status == "truncated" and cut.episode_return == 0.0 and cut.turns == []
@@ -102,9 +102,13 @@ def test_a_hung_step_fails_the_play_in_the_words_the_engine_retires_it_by():
 
     loops = PICK.replace("        self.turn_count += 1\n", "        self.turn_count += 1\n        while True:\n            pass\n", 1)
 
+    batcher = FakeBatcher(["\\boxed{1}"])
+
     async def main():
-        async with open_sandbox_pool(workers=1, step_timeout_s=0.5) as pool:
-            return await play_episode(_task(loops), batcher=FakeBatcher(["\\boxed{1}"]), pool=pool, tokenizer=FakeTokenizer(), play_config=PlayConfig(max_turns=2), worker_id="w")
+        # 3 s: the load and reset fit it on a busy machine; the step's endless loop does not
+        async with open_sandbox_pool(workers=1, step_timeout_s=3.0) as pool:
+            return await play_game_episode(_task(loops), batcher=batcher, pool=pool, tokenizer=FakeTokenizer(), play_config=PlayConfig(max_turns=2), worker_id="w")
 
     result = trio.run(main)
+    assert batcher.prompts, "the reset did not finish: the hang must be the step's"
     assert result.status == "failed" and hung(result), result.failure

@@ -103,11 +103,33 @@ async def _until(predicate) -> None:
         await trio.sleep(0.01)
 
 
+def _tasks_waiting_in(function: str) -> int:
+    """How many Trio tasks are parked inside a coroutine named `function` (their await frames say so)."""
+    def walk(task):
+        yield task
+        for nursery in task.child_nurseries:
+            for child in nursery.child_tasks:
+                yield from walk(child)
+
+    return sum(any(frame.f_code.co_name == function for frame, _ in task.iter_await_frames())
+               for task in walk(trio.lowlevel.current_root_task()))
+
+
+async def _until_waiting(**counts: int) -> None:
+    """Until that many tasks wait in each named coroutine (`hold=1`: Batcher.hold, for a version; `generate=1`:
+    Batcher.generate, for a batch): a synchronisation point, not a sleep, so the assertion after it means the same
+    on a busy machine as on an idle one."""
+    with trio.fail_after(30):
+        while any(_tasks_waiting_in(name) < n for name, n in counts.items()):
+            await trio.testing.wait_all_tasks_blocked()
+            await trio.sleep(0.01)
+
+
 def _engine_sends_the_update_after_the_task(backend):
     async def engine(sock):
         await sock.inbox.send(PolicyUpdate(version=0, path=""))  # the answer to the hello
         await sock.inbox.send(_task("t1", 1))  # its PolicyUpdate is still on its way
-        await trio.sleep(0.5)
+        await _until_waiting(hold=1)
         assert backend.generated_on == [], "the task started on v0 before v1 was loaded"
         await sock.inbox.send(PolicyUpdate(version=1, path=V1))
         await _until(lambda: sock.results())
@@ -143,7 +165,8 @@ def test_tasks_that_come_while_the_version_loads_start_after_the_load():
         await sock.inbox.send(PolicyUpdate(version=1, path=V1))
         await sock.inbox.send(_task("t1", 1))
         await sock.inbox.send(_task("t0", 0))
-        await trio.sleep(0.5)
+        # t1 waits for its version, t0 (whose version is loaded) for the batch that comes after the load under way
+        await _until_waiting(hold=1, generate=1)
         assert backend.generated_on == []
         backend.release_load.set()
         await _until(lambda: len(sock.results()) == 2)

@@ -270,12 +270,11 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_help_is_fast_and_imports_no_torch():
-    started = time.monotonic()
+def test_help_imports_no_torch():
+    """`up --help` is fast because it imports no torch (what makes it slow); a wall clock would fail on a busy machine."""
     result = subprocess.run(
         [sys.executable, "-c", "import sys; from engine.cli import main\ntry:\n    main(['up', '--help'])\nexcept SystemExit: pass\nassert 'torch' not in sys.modules, 'torch imported'"],
         cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=30,
     )
     assert result.returncode == 0, result.stderr
     assert "--steps" in result.stdout
-    assert time.monotonic() - started < 5

@@ -16,7 +16,7 @@ from engine.protocol.config_loading import load_config
 from engine.protocol.errors import RunFailed
 from engine.protocol.metrics_file import read_rows
 from engine.protocol.paths import RunPaths
-from engine.refresh import RefreshResult
+from engine.curriculum import RefreshResult
 from engine.run import Engine
 from tests.engine.builders import make_sample
 

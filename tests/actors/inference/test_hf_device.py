@@ -13,7 +13,8 @@ import sys
 import pytest
 import torch
 
-from actors.inference.base import AutoNeedsVLLM, GenerationRequest, backend_kind, build_backend
+from actors.inference.base import GenerationRequest
+from actors.inference.factory import AutoNeedsVLLM, backend_kind, build_backend
 from actors.inference.hf import DeviceError, TransformersBackend, inference_device
 from engine.protocol.config import InferenceConfig
 from engine.protocol.config_loading import load_config

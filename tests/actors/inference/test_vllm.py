@@ -121,7 +121,7 @@ def test_weight_update_then_generation_follows_the_new_weights(backend, tiny_mod
 def test_agent_episode_of_several_turns(backend, tiny_model_path, perturbed_model_path):
     """A real episode (sandbox, chat context, batcher) over vLLM: every sampled token's recorded log-prob is the
     learner's recomputation on the whole multi-turn sequence (the turns share their prefix in vLLM's cache)."""
-    from actors.agent import play_episode
+    from actors.agent import play_game_episode
     from actors.inference.batcher import Batcher
     from actors.sandbox import open_sandbox_pool
     from engine.protocol.messages import PlayTask, unpack_floats, unpack_ints, unpack_mask
@@ -133,7 +133,7 @@ def test_agent_episode_of_several_turns(backend, tiny_model_path, perturbed_mode
         async with open_sandbox_pool(workers=1) as pool, trio.open_nursery() as nursery:
             batcher = Batcher(backend, max_batch=8, wait_s=0.01)
             await nursery.start(batcher.run)
-            result = await play_episode(task, batcher=batcher, pool=pool, tokenizer=backend.tokenizer, play_config=play, worker_id="w")
+            result = await play_game_episode(task, batcher=batcher, pool=pool, tokenizer=backend.tokenizer, play_config=play, worker_id="w")
             nursery.cancel_scope.cancel()
             return result
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from actors.sandbox.cli import play_main, validate_main
+from actors.environment_cli import play_main, validate_main
 from tests.actors.sandbox.sandbox_helpers import GUESS_SOURCE
 
 

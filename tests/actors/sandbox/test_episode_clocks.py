@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from actors.agent import play_episode
+from actors.agent import play_game_episode
 from actors.sandbox import EpisodeFailed, SandboxSettings, open_sandbox_pool, protocol
 from actors.sandbox.episode import Episode, episode_clock_failure, play_clock_failure
 from engine.metrics.steps import StepOutcome, ended_by_clock, step_metrics
@@ -142,7 +142,7 @@ def test_a_slow_generator_does_not_end_a_play():
 
     async def main():
         async with open_sandbox_pool(workers=1, step_timeout_s=30.0, episode_timeout_s=5.0, play_timeout_s=1e6) as pool:
-            return await play_episode(task, batcher=SlowBatcher(["a", "b", "c"]), pool=pool,
+            return await play_game_episode(task, batcher=SlowBatcher(["a", "b", "c"]), pool=pool,
                                       tokenizer=FakeTokenizer(), play_config=PlayConfig(max_turns=3), worker_id="w")
 
     result = trio.run(main, clock=clock)

@@ -21,7 +21,7 @@ import trio
 from actors.sandbox import IsolationLevel, SandboxUnavailable, open_sandbox_pool
 from actors.sandbox import isolation as isolation_module
 from actors.sandbox import pool as pool_module
-from actors.sandbox.cli import play_main
+from actors.environment_cli import play_main
 from actors.sandbox.process import SCRATCH_PREFIX
 from tests.actors.sandbox.sandbox_helpers import FORCED_LEVELS, isolation_request, level_setup, play_guess
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.sandbox import EpisodeFailed, IsolationLevel, SandboxPool, SandboxUnavailable, validate_environment
+from actors.sandbox import EpisodeFailed, IsolationLevel, SandboxPool, SandboxUnavailable
+from actors.settings import validate_environment
 from actors.sandbox import isolation
 from tests.actors.sandbox.sandbox_helpers import (
     CANARY_OBSERVATION, FORCED_LEVELS, ROOMY, TIGHT, PoolThread, canary_observation, isolation_request, level_setup,

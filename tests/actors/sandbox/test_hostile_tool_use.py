@@ -4,7 +4,8 @@ state, or returns a huge result is contained by the sandbox, and the validator r
 import pytest
 import trio
 
-from actors.sandbox import EpisodeFailed, open_sandbox_pool, validate_environment
+from actors.sandbox import EpisodeFailed, open_sandbox_pool
+from actors.settings import validate_environment
 from engine.protocol.paths import TOOL_USE_SEEDS_DIR
 
 BANKING = (TOOL_USE_SEEDS_DIR / "banking.py").read_text()

@@ -113,7 +113,7 @@ def test_the_interface_names_are_exported():
     import actors.sandbox as sandbox
 
     for name in ("open_sandbox_pool", "SandboxPool", "Episode", "StepResult", "EpisodeFailed", "IsolationLevel",
-                 "validate_environment", "Verdict", "Check", "repair_fstring_braces"):
+                 "Verdict", "Check", "repair_fstring_braces"):
         assert name in sandbox.__all__ and hasattr(sandbox, name)
 
 

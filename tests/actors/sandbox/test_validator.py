@@ -7,7 +7,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from actors.sandbox import Check, Verdict, validate_environment
+from actors.sandbox import Check, Verdict
+from actors.settings import validate_environment
 from actors.sandbox.validator import DYNAMIC_CHECKS, STATIC_CHECKS
 from engine.protocol.paths import SEEDS_DIR
 from tests.actors.sandbox.sandbox_helpers import GUESS_SOURCE

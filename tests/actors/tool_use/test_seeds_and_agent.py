@@ -6,9 +6,10 @@ import json
 import pytest
 import trio
 
-from actors.agent import play_episode
+from actors.tool_use.agent import play_tool_episode
 from actors.inference.base import Generation
-from actors.sandbox import open_sandbox_pool, validate_environment
+from actors.sandbox import open_sandbox_pool
+from actors.settings import validate_environment
 from engine.protocol.config import PlayConfig
 from engine.protocol.messages import PlayTask, unpack_mask
 from engine.protocol.paths import TOOL_USE_SEEDS_DIR
@@ -60,7 +61,7 @@ def _play(code, replies=None, seed=5, hint="", **play):
             script = replies if replies is not None else await _plan(pool, code, seed)
             batcher = FakeBatcher(script)
             config = PlayConfig(max_turns=play.pop("max_turns", 12), **play)
-            result = await play_episode(_task(code, seed, hint), batcher=batcher, pool=pool, tokenizer=FakeTokenizer(),
+            result = await play_tool_episode(_task(code, seed, hint), batcher=batcher, pool=pool, tokenizer=FakeTokenizer(),
                                         play_config=config, worker_id="w")
             return result, batcher
     return trio.run(main)

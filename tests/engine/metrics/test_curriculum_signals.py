@@ -21,7 +21,7 @@ from engine.metrics.curriculum_signals import (
 )
 from engine.protocol.messages import PlayResult, Sample, TurnRecord, pack_floats, pack_ints, pack_mask
 from engine.protocol.paths import RunPaths
-from engine.refresh import RefreshResult
+from engine.curriculum import RefreshResult
 from storage.records import EnvironmentRecord, MemoryRecord
 from storage.store import Store
 

@@ -15,7 +15,7 @@ from engine.protocol.messages import (
     ValidateTask,
     sample_problem,
 )
-from engine.tools.models import read_vocab_size
+from engine.protocol.model_config import read_vocab_size
 from engine.peers.result_checks import ResultGate, result_problem
 from tests.engine.builders import DESIGN_TASK, checked_design as _design, checked_sample as _sample
 

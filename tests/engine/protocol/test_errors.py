@@ -53,7 +53,7 @@ def test_a_bug_is_its_traceback_and_the_line_that_says_so():
     [
         ("actors.sandbox.errors", "SandboxUnavailable", 1),
         ("actors.inference.vllm", "WeightSyncError", 1),
-        ("actors.evaluation.rg_process", "ReasoningGymError", 1),
+        ("actors.reasoning_gym.process", "ReasoningGymError", 1),
         ("learner.guards", "NonFiniteWeights", 1),
     ],
 )

@@ -1,4 +1,4 @@
-"""The client side of the Reasoning-Gym process (actors/evaluation/rg_worker.py): problems and scores, with timeouts.
+"""The client side of the Reasoning-Gym process (actors/reasoning_gym/worker.py): problems and scores, with timeouts.
 
     rg = reasoning_gym_process()                       # one per process, started on first use
     question, answer = await rg.problem(task)          # raises ReasoningGymError when the problem cannot be made
@@ -55,7 +55,7 @@ class ReasoningGymProcess:
                    OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLCONFIGDIR=self._scratch,
                    MPLBACKEND="Agg")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "actors.evaluation.rg_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "actors.reasoning_gym.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, cwd=self._scratch, env=env, start_new_session=True,
         )
         self._buffer = b""

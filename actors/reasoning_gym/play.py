@@ -5,7 +5,7 @@
 
 The first turn is the question with the instruction to answer inside <answer></answer> tags (the SPADE evaluation's
 format); a reply without the tags gets one format reminder while turns are left. The answer (the last tagged one)
-is scored by `dataset.score_answer(answer, entry)` in the Reasoning-Gym process (rg_worker.py); a win is a score
+is scored by `dataset.score_answer(answer, entry)` in the Reasoning-Gym process (worker.py); a win is a score
 >= 1, and the episode's return is 1.0 for a win, else 0.0. `play_reasoning_gym` is the worker's runner
 (actors/settings.py) for a PlayTask that carries a Reasoning-Gym problem (engine/protocol/messages.py
 `REASONING_GYM_PREFIX`): the RLVE baseline's training plays and the in-loop rg-hard evaluation; its result is an
@@ -22,7 +22,7 @@ import msgspec
 
 from actors.chat import ChatContext
 from actors.parsing import after_thinking
-from actors.evaluation.rg_process import ReasoningGymError, ReasoningGymProcess, reasoning_gym_process
+from actors.reasoning_gym.process import ReasoningGymError, ReasoningGymProcess, reasoning_gym_process
 from engine.protocol.messages import PlayResult, PlayTask, ReasoningGymTask, TurnRecord, decode_reasoning_gym_task
 
 ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)

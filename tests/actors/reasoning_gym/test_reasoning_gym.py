@@ -8,8 +8,8 @@ import pytest
 import trio
 
 from actors.evaluation.oracle import OracleBackend
-from actors.evaluation.rg_play import play_reasoning_gym, tagged_answer
-from actors.evaluation.rg_process import ReasoningGymError, ReasoningGymProcess
+from actors.reasoning_gym.play import play_reasoning_gym, tagged_answer
+from actors.reasoning_gym.process import ReasoningGymError, ReasoningGymProcess
 from actors.evaluation.runner import oracle_reply, play_item
 from actors.evaluation.suites import load_suite
 from actors.evaluation.table import build_table
@@ -118,7 +118,7 @@ def test_worker_path_returns_a_play_result(tiny_model_path):
                     hint="", arm="no_hint", seed=1, step=1)
 
     async def main():
-        from actors.evaluation.rg_process import reasoning_gym_process
+        from actors.reasoning_gym.process import reasoning_gym_process
 
         question, reference = await reasoning_gym_process().problem(problem)
         backend.expect(question, f"<answer>{reference}</answer>")

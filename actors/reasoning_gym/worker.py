@@ -1,6 +1,6 @@
 """The Reasoning-Gym process: makes problems and scores answers, apart from the process that holds the model.
 
-    python -m actors.evaluation.rg_worker        # started by actors/evaluation/rg_client.py, one per process
+    python -m actors.reasoning_gym.worker        # started by actors/reasoning_gym/process.py, one per process
 
 Reasoning-Gym is a trusted library, but several of its scorers `eval` the model's answer (spiral_matrix,
 binary_matrix, n_queens, string_insertion) or hand it to sympy's `parse_expr` (countdown, puzzle24, the

@@ -16,7 +16,7 @@ import msgspec
 import trio
 
 from actors.sandbox.pool import EpisodeFailed, open_sandbox_pool
-from actors.sandbox.validator import validate_environment
+from actors.settings import validate_environment
 
 
 def validate_main(path: str, as_json: bool, *, isolation: str = "auto") -> int:
