@@ -253,7 +253,7 @@ def _resume(args) -> int:
     seeds = _seeds(config)
     check_writable_dir(paths.root, "run directory")
     _check_resumable(paths)
-    plan = plan_node(config, paths.read_meta().get("model_path"))
+    plan = plan_node(config, paths.read_meta().model_path)
     with paths.engine_lock():
         paths.config.write_text(dump_config(config))
         record_plan(paths, plan)

@@ -29,6 +29,7 @@ from actors.evaluation.table import build_table, markdown
 from engine.protocol.errors import InputError, describe_failure, leaf_exceptions
 from engine.protocol.model_hub import fetch_hub_model, is_hub_id
 from engine.protocol.paths import read_checkpoint_version
+from engine.protocol.run_meta import RunMetaError, require_model_path
 
 BACKENDS = ("auto", "transformers", "vllm", "scripted", "oracle", "copy", "random")
 
@@ -62,9 +63,9 @@ def resolve_model(text: str, checkpoint: str | None, default_model=None) -> tupl
     name = name or checkpoint or "latest"
     if name == "initial":
         try:
-            model = json.loads((root / "run.json").read_text())["model_path"]
-        except (OSError, ValueError, KeyError) as exc:
-            raise EvalInputError(f"{text}: the run's base model is not recorded in {root / 'run.json'} ({exc})") from None
+            model = require_model_path(root / "run.json")
+        except RunMetaError as exc:
+            raise EvalInputError(f"{text}: {exc}") from None
         return f"{root.name}@initial", str(Path(model).resolve())
     folder = (root / "checkpoints" / name).resolve()
     if not (folder / "config.json").is_file():

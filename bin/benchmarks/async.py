@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from engine.protocol.metrics_file import read_rows  # noqa: E402 (after the path line above)
+from engine.protocol.run_meta import read_run_meta  # noqa: E402
 
 READINGS = ("episode", "batch", "capacity")  # the learner step's two readings, and a finite generator
 ENV = (REPO / "tests" / "e2e" / "data" / "pick_env.py").read_text()  # pick 1 or 2: one answer ends it
@@ -110,7 +111,7 @@ def run(mode: str, eta: int, args, root: Path, model: Path, seeds: Path, learner
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    started = json.loads((run_dir / "run.json").read_text())["curriculum_started"]
+    started = read_run_meta(run_dir / "run.json").curriculum_started
     lines = read_rows(run_dir / "metrics.jsonl")
     samples = sum(m.get("agent_samples", 0) for m in lines)  # dropped (too stale) samples are not counted
     dropped = sum(m.get("dropped_stale", 0) for m in lines)

@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from actors.evaluation.paired import compare, comparison_markdown  # noqa: E402
 from engine.protocol.digests import sha256_file  # noqa: E402
+from engine.protocol.run_meta import read_run_meta, require_model_path  # noqa: E402
 
 SEEDS = REPO / "engine" / "protocol" / "data" / "seeds"
 SPADE = REPO / "bin" / "spade-engine"
@@ -102,7 +103,7 @@ def _play_settings(run_dir: Path) -> dict:
 def model_sha256(run_dir: Path) -> dict[str, str]:
     """The sha256 of each of the run's base model weight files (*.safetensors), by name: the same model on another
     machine, where its folder has another path, has the same digests."""
-    folder = Path(json.loads((run_dir / "run.json").read_text())["model_path"])
+    folder = Path(require_model_path(run_dir / "run.json"))
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         sys.exit(f"{folder} (the model of {run_dir}) holds no *.safetensors weights")
@@ -196,7 +197,7 @@ def reuse_initial(source: Path, out: Path) -> int:
         if mine.get(key) != theirs.get(key):
             sys.exit(f"--reuse-initial {source}: it probed with play.{key} = {theirs.get(key)}, this run plays with "
                      f"{mine.get(key)}: the initial model must be probed again (drop --reuse-initial)")
-    model = json.loads((out / "spade" / "run.json").read_text())["model_path"]
+    model = require_model_path(out / "spade" / "run.json")
 
     def initial(row: dict) -> bool:
         if not row.get("label", "").endswith(INITIAL):
@@ -223,7 +224,7 @@ def spade_source(source: Path, out: Path, minutes: float) -> tuple[dict, Path]:
     if "initial" not in ids or "SPADE" not in ids:
         sys.exit(f"{flag} {source}: its learning.json names no initial model and SPADE arm")
     _same_probe_envs(source, out, flag)
-    argv = json.loads((source / "spade" / "run.json").read_text()).get("argv", [])
+    argv = read_run_meta(source / "spade" / "run.json").argv
     theirs_minutes = float(argv[argv.index("--minutes") + 1]) if "--minutes" in argv[:-1] else None
     if theirs_minutes != minutes:
         sys.exit(f"{flag} {source}: its SPADE arm ran for {theirs_minutes} minutes, this bench's budget is {minutes:g}: "

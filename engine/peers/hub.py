@@ -97,7 +97,7 @@ class Hub:
         self._labels: dict[str, dict] = {}  # label -> its progress while calls under it run
         # The placement `up` planned and wrote to run.json (engine/protocol/placement.py; None: the CPU as before), and
         # the time-shared order of sleeps and wakes around each update (engine/peers/time_share.py).
-        self.plan = read_plan(paths.read_meta().get("placement"))
+        self.plan = read_plan(paths.read_meta().placement)
         self.time_share = TimeShare(
             self.plan, send=lambda ident, message: self.worker_sock.try_send_to(ident, message),
             connected=lambda: {ident: state.worker_id for ident, state in self.dispatcher.workers.items()},

@@ -163,7 +163,7 @@ class ResultGate:
 
     @classmethod
     def for_run(cls, config: Config, paths: RunPaths, emit: Callable[[str], None]) -> "ResultGate":
-        model_path = paths.read_meta().get("model_path") or config.model.path
+        model_path = paths.read_meta().model_path or config.model.path
         vocab_size = read_vocab_size(model_path) if model_path else None
         if vocab_size is None:
             emit(f"warning: no vocab_size in {model_path or 'the model'}'s config.json: token ids from workers are not bounded")

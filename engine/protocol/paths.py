@@ -3,7 +3,7 @@
     run_dir/config.toml        the resolved config          run_dir/store/          LMDB
     run_dir/metrics.jsonl      one line per step            run_dir/logs/           one log per process
     run_dir/policy/vNNNNNN/    published policy versions    run_dir/checkpoints/    learner checkpoints
-    run_dir/run.json           model path, isolation, start time, process ids
+    run_dir/run.json           model path, start, placement, counters (RunMeta, engine/protocol/run_meta.py)
     run_dir/engine.lock        held (flock) by the engine while it runs; the kernel drops it when the engine dies
     run_dir/keys/              CURVE keys of a tcp worker socket (owner-only): server.key, worker.key (engine/protocol/keys.py)
 
@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from engine.protocol.errors import InputError
+from engine.protocol.run_meta import RunMeta, read_run_meta, require_model_path, update_run_meta
 
 DATA = Path(__file__).resolve().parent / "data"
 SEEDS_DIR = DATA / "seeds"
@@ -155,15 +156,12 @@ class RunPaths:
     def policy_version_dir(self, version: int) -> Path:
         return self.policy / f"v{version:06d}"
 
-    def read_meta(self) -> dict:
-        return json.loads(self.meta.read_text()) if self.meta.exists() else {}
+    def read_meta(self) -> RunMeta:
+        """run.json (engine/protocol/run_meta.py); an empty RunMeta before `up` wrote one."""
+        return read_run_meta(self.meta)
 
     def update_meta(self, **values) -> None:
-        meta = self.read_meta()
-        meta.update(values)
-        tmp = self.meta.with_suffix(".tmp")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-        tmp.replace(self.meta)
+        update_run_meta(self.meta, **values)
 
     @contextlib.contextmanager
     def engine_lock(self) -> Iterator[None]:
@@ -190,7 +188,7 @@ class RunPaths:
             handle.close()
 
     def read_model_path(self) -> str:
-        return self.read_meta()["model_path"]
+        return require_model_path(self.meta)
 
     def checkpoint_version(self) -> int | None:
         """The policy version of the learner's newest checkpoint, or None without one."""

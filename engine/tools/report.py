@@ -231,8 +231,8 @@ def write_report(paths: RunPaths, out: Path | None = None, problems: list | None
                   _e((r.hint if r.valid else "")[:140])] for r in rows[:MAX_ENV_ROWS]]
     rank_headers = ["env", "skill", "step", "win (no hint)", "win (hint)", "regret", "designer reward", "play"]
     sections = [
-        f"<h1>spade-engine run</h1><p>{_e(paths.root)}<br>model {_e(meta.get('model_path', '?'))} &middot; sandbox "
-        f"{_e(meta.get('sandbox_isolation', '?'))} &middot; {len(steps)} steps &middot; {len(rows)} environments</p>"
+        f"<h1>spade-engine run</h1><p>{_e(paths.root)}<br>model {_e(meta.model_path or '?')} &middot; sandbox "
+        f"{_e(meta.sandbox_isolation or '?')} &middot; {len(steps)} steps &middot; {len(rows)} environments</p>"
         "<nav><a href='#plots'>plots</a> &middot; <a href='#best-worst'>best and worst</a> &middot; <a href='#environments'>environments</a>"
         " &middot; <a href='#designer-rewards'>designer rewards</a> &middot; <a href='#trajectories'>trajectories</a></nav>",
         "<h2 id='plots'>Per step</h2><div class='plots'>" + "".join(_figure_html(i, f) for i, f in enumerate(figures(metrics, rejected, rewards))) + "</div>",
