@@ -49,7 +49,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from actors.evaluation.paired import compare, comparison_markdown  # noqa: E402
 from engine.protocol.digests import sha256_file  # noqa: E402
+from engine.protocol.paths import RunPaths  # noqa: E402
 from engine.protocol.run_meta import read_run_meta, require_model_path  # noqa: E402
+from engine.tools.group_variance import read_plays, variance_sources  # noqa: E402
 
 SEEDS = REPO / "engine" / "protocol" / "data" / "seeds"
 SPADE = REPO / "bin" / "spade-engine"
@@ -260,7 +262,9 @@ def reuse_spade(source: Path, out: Path, minutes: float) -> dict[str, str]:
 def designer_side(run_dir: Path) -> dict:
     """A run's designer over its steps (metrics.jsonl): valid designs per refresh (and per design requested), the
     share of environments played that were learnable (win rate strictly between 0 and 1), the mean regret of the
-    refreshes' hinted environments, and the share of groups with reward variance."""
+    refreshes' hinted environments, the share of groups with reward variance, and where that variance comes from
+    (engine/tools/group_variance.py): the groups with variance whose plays all copied their printed example (the
+    instances' luck) against those where a play departed from it, and the share of plays that copied."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [r for r in rows if "step" in r]
     refreshes = [r for r in steps if r.get("refresh")]
@@ -270,6 +274,7 @@ def designer_side(run_dir: Path) -> dict:
         return round(sum(values) / len(values), 4) if values else None
 
     requested = sum(r.get("envs_requested", 0) for r in refreshes)
+    sources = variance_sources(read_plays(RunPaths(run_dir))) if (run_dir / "store").is_dir() else {}
     return {
         "steps": len(steps), "refreshes": len(refreshes),
         "valid_designs_per_refresh": mean([r.get("envs_valid") for r in refreshes]),
@@ -277,16 +282,21 @@ def designer_side(run_dir: Path) -> dict:
         "learnable_share": mean([r.get("learnable_share") for r in steps]),
         "mean_regret": mean([r.get("mean_regret") for r in refreshes if r.get("hint_plays")]),
         "nonzero_variance_share": mean([r.get("nonzero_variance_share") for r in steps]),
+        "variance_groups_all_copied": sources.get("all_copied"), "variance_groups_with_departure": sources.get("with_departure"),
+        "copy_share": sources.get("copy_share"),
     }
 
 
 def designer_markdown(sides: dict[str, dict]) -> str:
     head = ("| run | steps | refreshes | valid designs / refresh | valid / requested | learnable share | mean regret | "
-            "groups with variance |\n|---|---|---|---|---|---|---|---|\n")
+            "groups with variance | of them: all copied / a play departed | plays that copied the example |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n")
     cell = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
     return "## The designer's side\n\n" + head + "".join(
         f"| {name} | {d['steps']} | {d['refreshes']} | {cell(d['valid_designs_per_refresh'])} | {cell(d['valid_share_of_requested'])} | "
-        f"{cell(d['learnable_share'])} | {cell(d['mean_regret'])} | {cell(d['nonzero_variance_share'])} |\n" for name, d in sides.items())
+        f"{cell(d['learnable_share'])} | {cell(d['mean_regret'])} | {cell(d['nonzero_variance_share'])} | "
+        f"{cell(d.get('variance_groups_all_copied'))} / {cell(d.get('variance_groups_with_departure'))} | {cell(d.get('copy_share'))} |\n"
+        for name, d in sides.items())
 
 
 def _commit() -> str:

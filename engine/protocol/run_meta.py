@@ -22,8 +22,9 @@ import msgspec
 from engine.protocol.errors import InputError
 
 
-class RunMetaError(InputError):
-    """run.json could not be read as a RunMeta: the message names the file and the field."""
+class RunMetaError(InputError, ValueError):
+    """run.json could not be read as a RunMeta: the message names the file and the field. A ValueError too, so
+    the readers that fall back when a run records no model (report, replay, curriculum signals) still do."""
 
 
 class RunMeta(msgspec.Struct, kw_only=True):
