@@ -85,9 +85,9 @@ def comparison_markdown(comparison: dict) -> str:
               "pairs: the same environment and seed played by both models"]
     if comparison.get("per_game"):
         labels = [m["label"] for m in comparison["models"]]
-        changes = [f"{d['a']}-{d['b']}" for d in comparison["differences"]]
+        changes = [f"{d['a']}-{d['b']}" for d in comparison["differences"]]  # the keys of each row's `changed`
         lines += ["", "| game | " + " | ".join(f"{label} wins" for label in labels) + " | "
-                  + " | ".join(f"{c.replace('-', ' − ')} gained / lost" for c in changes) + " |",
+                  + " | ".join(f"{d['a']} − {d['b']} gained / lost" for d in comparison["differences"]) + " |",
                   "|---|" + "---|" * (len(labels) + len(changes))]
         for row in comparison["per_game"]:
             lines.append(f"| {row['dataset']} | " + " | ".join(f"{row['wins'][label]} / {row['episodes']}" for label in labels) + " | "

@@ -283,19 +283,21 @@ def designer_side(run_dir: Path) -> dict:
         "mean_regret": mean([r.get("mean_regret") for r in refreshes if r.get("hint_plays")]),
         "nonzero_variance_share": mean([r.get("nonzero_variance_share") for r in steps]),
         "variance_groups_all_copied": sources.get("all_copied"), "variance_groups_with_departure": sources.get("with_departure"),
+        "variance_groups_no_example": sources.get("no_example"),
         "copy_share": sources.get("copy_share"),
     }
 
 
 def designer_markdown(sides: dict[str, dict]) -> str:
     head = ("| run | steps | refreshes | valid designs / refresh | valid / requested | learnable share | mean regret | "
-            "groups with variance | of them: all copied / a play departed | plays that copied the example |\n"
+            "groups with variance | of them: all copied / a play departed / no example | plays that copied the example |\n"
             "|---|---|---|---|---|---|---|---|---|---|\n")
     cell = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
     return "## The designer's side\n\n" + head + "".join(
         f"| {name} | {d['steps']} | {d['refreshes']} | {cell(d['valid_designs_per_refresh'])} | {cell(d['valid_share_of_requested'])} | "
         f"{cell(d['learnable_share'])} | {cell(d['mean_regret'])} | {cell(d['nonzero_variance_share'])} | "
-        f"{cell(d.get('variance_groups_all_copied'))} / {cell(d.get('variance_groups_with_departure'))} | {cell(d.get('copy_share'))} |\n"
+        f"{cell(d.get('variance_groups_all_copied'))} / {cell(d.get('variance_groups_with_departure'))} / "
+        f"{cell(d.get('variance_groups_no_example'))} | {cell(d.get('copy_share'))} |\n"
         for name, d in sides.items())
 
 

@@ -4,10 +4,11 @@ the 135M model copies it) from those whose plays all copied their example and st
 the instances (`play.group_seeds = "distinct"` gives each play its own, so its own random example).
 
     plays = read_plays(paths)             # the unhinted agent plays of the run's store, with what each copied
-    variance_sources(plays)               # {"groups", "with_variance", "all_copied", "with_departure", "copy_share"}
+    variance_sources(plays)               # {"groups", "with_variance", "all_copied", "with_departure", "no_example", "copy_share"}
 
-bin/bench learning reports it for each run (the designer's side table). A play whose first observation prints no
-boxed example (designed games often do not) counts as departing; `copy_share` is over the plays that had one.
+bin/bench learning reports it for each run (the designer's side table). A group with variance where no play departed
+from a printed example but some play had none to copy (designed games often print none) counts as `no_example`;
+`copy_share` is over the plays that had one.
 """
 
 from __future__ import annotations
@@ -40,16 +41,18 @@ def printed_example(observation: str) -> str | None:
 
 def variance_sources(plays: list[GroupPlay]) -> dict:
     """Counts over the groups (one environment at one step): how many had reward variance, and of those how many
-    had every play copy its example (the variance is the instances', not the model's choice) or some depart."""
+    had every play copy its example (the variance is the instances', not the model's choice), a play depart from its
+    example, or neither (a play with no example to copy)."""
     groups: dict[tuple[str, int], list[GroupPlay]] = defaultdict(list)
     for play in plays:
         groups[(play.env_id, play.step)].append(play)
     varied = [g for g in groups.values() if len(g) > 1 and len({p.episode_return for p in g}) > 1]
     all_copied = sum(all(p.copied for p in g) for g in varied)
+    departed = sum(any(p.copied is False for p in g) for g in varied)
     with_example = [p for p in plays if p.copied is not None]
     return {
-        "groups": len(groups), "with_variance": len(varied), "all_copied": all_copied,
-        "with_departure": len(varied) - all_copied,
+        "groups": len(groups), "with_variance": len(varied), "all_copied": all_copied, "with_departure": departed,
+        "no_example": len(varied) - all_copied - departed,
         "copy_share": round(sum(bool(p.copied) for p in with_example) / len(with_example), 4) if with_example else None,
     }
 
@@ -70,7 +73,8 @@ def read_plays(paths: RunPaths, steps: range | None = None) -> list[GroupPlay]:
             if steps is not None and t.step not in steps:
                 continue
             example = printed_example(first_observation(prompt_text(t.sample, tokenizer)))
-            copied = None if example is None else t.turns[0].action.strip() == example
+            action = t.turns[0].action  # what env.step got: the reply's boxed answer as the model wrote it
+            copied = None if example is None else (printed_example(action) or action.strip()) == example
             out.append(GroupPlay(env_id=t.env_id, step=t.step, copied=copied, episode_return=t.episode_return))
         return out
     finally:

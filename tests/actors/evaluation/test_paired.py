@@ -66,3 +66,10 @@ def test_each_game_counts_its_wins_and_the_pairs_a_model_gained_and_lost():
     lines = comparison_markdown(out).splitlines()
     assert lines[-4].startswith("| game | initial wins | SPADE wins | SPADE − initial gained / lost |")
     assert lines[-2:] == ["| env0 | 1 / 3 | 2 / 3 | +2 / −1 |", "| env1 | 2 / 2 | 1 / 2 | +0 / −1 |"]
+
+
+def test_a_label_with_a_hyphen_keeps_it_in_the_per_game_header():
+    a, b = {("env0", 0): True, ("env0", 1): False}, {("env0", 0): False, ("env0", 1): False}
+    out = compare(_rows("a", a) + _rows("b", b), SUITE, [("a", "SPADE"), ("b", "copy-bot")], [("SPADE", "copy-bot")])
+    header = comparison_markdown(out).splitlines()[-3]
+    assert header == "| game | SPADE wins | copy-bot wins | SPADE − copy-bot gained / lost |"

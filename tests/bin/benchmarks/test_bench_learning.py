@@ -223,6 +223,8 @@ def test_the_designers_side_is_summarised_from_the_runs_metrics(tmp_path):
     side = learning.designer_side(run)
     assert side == {"steps": 3, "refreshes": 2, "valid_designs_per_refresh": 1.5, "valid_share_of_requested": 0.375,
                     "learnable_share": 0.25, "mean_regret": -0.125, "nonzero_variance_share": 0.5,
-                    "variance_groups_all_copied": None, "variance_groups_with_departure": None, "copy_share": None}  # no store
-    table = learning.designer_markdown({"SPADE": side | {"variance_groups_all_copied": 3, "variance_groups_with_departure": 5, "copy_share": 0.75}})
-    assert table.splitlines()[-1] == "| SPADE | 3 | 2 | 1.5 | 0.375 | 0.25 | -0.125 | 0.5 | 3 / 5 | 0.75 |"
+                    "variance_groups_all_copied": None, "variance_groups_with_departure": None, "variance_groups_no_example": None,
+                    "copy_share": None}  # no store
+    sources = {"variance_groups_all_copied": 3, "variance_groups_with_departure": 5, "variance_groups_no_example": 2, "copy_share": 0.75}
+    table = learning.designer_markdown({"SPADE": side | sources})
+    assert table.splitlines()[-1] == "| SPADE | 3 | 2 | 1.5 | 0.375 | 0.25 | -0.125 | 0.5 | 3 / 5 / 2 | 0.75 |"

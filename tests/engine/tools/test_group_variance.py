@@ -20,10 +20,12 @@ def test_groups_are_told_apart_by_whether_a_play_departed_from_its_example():
         GroupPlay("a", 0, True, 1.0), GroupPlay("a", 0, True, 0.0),  # all copied, returns differ: the instances' luck
         GroupPlay("b", 0, True, 1.0), GroupPlay("b", 0, False, 0.0),  # one departed
         GroupPlay("a", 1, True, 0.0), GroupPlay("a", 1, False, 0.0),  # no variance (another step: another group)
-        GroupPlay("c", 0, None, 1.0), GroupPlay("c", 0, True, 0.0),  # no example printed: counts as departing
+        GroupPlay("c", 0, None, 1.0), GroupPlay("c", 0, True, 0.0),  # one play had no example to copy
+        GroupPlay("d", 0, None, 1.0), GroupPlay("d", 0, False, 0.0),  # one departed, one had none: a departure
     ]
-    assert variance_sources(plays) == {"groups": 4, "with_variance": 3, "all_copied": 1, "with_departure": 2, "copy_share": round(5 / 7, 4)}
-    assert variance_sources([]) == {"groups": 0, "with_variance": 0, "all_copied": 0, "with_departure": 0, "copy_share": None}
+    assert variance_sources(plays) == {"groups": 5, "with_variance": 4, "all_copied": 1, "with_departure": 2, "no_example": 1,
+                                       "copy_share": round(5 / 8, 4)}
+    assert variance_sources([]) == {"groups": 0, "with_variance": 0, "all_copied": 0, "with_departure": 0, "no_example": 0, "copy_share": None}
 
 
 def test_plays_are_read_from_the_store_with_what_their_first_observation_printed(tmp_path, tiny_model_path):
@@ -34,7 +36,8 @@ def test_plays_are_read_from_the_store_with_what_their_first_observation_printed
     paths.root.mkdir()
     paths.update_meta(model_path=tiny_model_path)
     store = Store.open(paths.store)
-    plays = [("no_hint", "blue", "blue", 1.0), ("no_hint", "blue", "red", 0.0), ("hint", "blue", "red", 1.0)]
+    plays = [("no_hint", "blue", "\\boxed{blue}", 1.0), ("no_hint", "blue", "red", 0.0), ("no_hint", "red", "red", 0.0),
+             ("hint", "blue", "\\boxed{red}", 1.0)]
     with store.batch() as batch:
         for i, (arm, example, action, ret) in enumerate(plays):
             prompt = tokenizer.encode(f"Observation: Pick a colour. Answer as \\boxed{{{example}}}.\nReply with your action only")
@@ -47,6 +50,7 @@ def test_plays_are_read_from_the_store_with_what_their_first_observation_printed
             batch.put_trajectory(TrajectoryRecord(sample_id=f"p{i}", role="agent", env_id="e", skill="Logic", arm=arm, step=3, seed=i,
                                                   status="completed", failure="", episode_return=ret, turns=[turn], sample=sample, created_at=1.0))
     store.close()
-    assert read_plays(paths) == [GroupPlay("e", 3, True, 1.0), GroupPlay("e", 3, False, 0.0)]  # the hinted play is left out
+    # the action as env.step got it: a boxed answer or bare text; the hinted play is left out
+    assert read_plays(paths) == [GroupPlay("e", 3, True, 1.0), GroupPlay("e", 3, False, 0.0), GroupPlay("e", 3, True, 0.0)]
     assert read_plays(paths, steps=range(0, 3)) == []
     assert variance_sources(read_plays(paths))["with_departure"] == 1
