@@ -7,7 +7,7 @@ the instances (`play.group_seeds = "distinct"` gives each play its own, so its o
     variance_sources(plays)               # {"groups", "with_variance", "all_copied", "with_departure", "no_example", "copy_share"}
 
 bin/bench learning reports it for each run (the designer's side table). A group with variance where no play departed
-from a printed example but some play had none to copy (designed games often print none) counts as `no_example`;
+from a printed example but some play had none to copy (a designed game may print none) counts as `no_example`;
 `copy_share` is over the plays that had one.
 """
 
