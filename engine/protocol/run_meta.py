@@ -69,11 +69,11 @@ def update_run_meta(path: str | Path, **values) -> RunMeta:
     current = read_run_meta(path)
     unknown = sorted(set(values) - set(RunMeta.__struct_fields__))
     if unknown:
-        raise RunMetaError(f"run.json has no field {', '.join(unknown)} (fields: {', '.join(RunMeta.__struct_fields__)})")
+        raise RunMetaError(f"{path}: run.json has no field {', '.join(unknown)} (fields: {', '.join(RunMeta.__struct_fields__)})")
     try:
-        changed = msgspec.convert({**msgspec.structs.asdict(current), **values}, RunMeta, from_attributes=False)
+        changed = msgspec.convert({**msgspec.structs.asdict(current), **values}, RunMeta)
     except msgspec.ValidationError as exc:
-        raise RunMetaError(f"run.json: {exc}") from None
+        raise RunMetaError(f"{path}: {exc}") from None
     write_run_meta(path, changed)
     return changed
 
