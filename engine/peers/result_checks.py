@@ -71,13 +71,14 @@ def _mismatch(sample: Sample, **expected) -> str | None:
 
 
 def _unversioned_problem(sample: Sample) -> str | None:
-    """A loss-mask token stamped without a policy version (< 0), which no honest backend sends."""
-    versions = unpack_ints(sample.versions)[unpack_mask(sample.loss_mask) == 1]
-    if versions.size and int(versions.min()) < 0:
-        count = int((versions < 0).sum())
-        return (f"{count} of its {versions.size} loss-mask tokens carry policy version {int(versions.min())}: a trained token "
-                "needs the version (>= 0) that sampled it; -1 is for prompt tokens (loss mask 0)")
-    return None
+    """A loss-mask token stamped without a policy version (< 0), which no honest backend sends. Asked after
+    `sample_problem` passed (the loss mask is 0 or 1)."""
+    versions, mask = unpack_ints(sample.versions), unpack_mask(sample.loss_mask)
+    if not len(versions) or int((versions * mask).min()) >= 0:  # masked out, a version reads 0
+        return None
+    trained = versions[mask == 1]
+    return (f"{int((trained < 0).sum())} of its {trained.size} loss-mask tokens carry policy version {int(trained.min())}: a trained "
+            "token needs the version (>= 0) that sampled it; -1 is for prompt tokens (loss mask 0)")
 
 
 def _timing_problem(result: DesignResult | PlayResult) -> str | None:

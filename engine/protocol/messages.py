@@ -14,6 +14,7 @@ socket's union gets a `ProtocolError` naming the problem (engine/protocol/transp
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 import msgspec
@@ -390,22 +391,25 @@ def sample_problem(sample: Sample, *, vocab_size: int | None = None, max_version
     except ValueError as exc:
         return str(exc)[:200]
     for name in ("reward", "advantage", "temperature"):
-        if not np.isfinite(getattr(sample, name)):
+        if not math.isfinite(getattr(sample, name)):
             return f"sample {name} is {getattr(sample, name)}, not a finite number"
     ids, mask = unpack_ints(sample.tokens), unpack_mask(sample.loss_mask)
     if not len(ids):
         return None
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or (vocab_size is not None and high >= vocab_size):
+    # Every result a worker sends passes here (bin/bench bus): one pass per array, no temporary index arrays.
+    # Read as unsigned, a negative id is >= 2**31, so one max bounds both ends.
+    outside = int(ids.min()) < 0 if vocab_size is None else int(ids.view("<u4").max()) >= min(vocab_size, 1 << 31)
+    if outside:
+        low, high = int(ids.min()), int(ids.max())
         return f"token id {low if low < 0 else high} is outside the model's vocabulary [0, {vocab_size})"
     if int(mask.max()) > 1:
         return f"loss mask holds {int(mask.max())}, not only 0 and 1"
     logprobs = unpack_floats(sample.logprobs)
     if not np.isfinite(logprobs).all():
         return "a behaviour log-prob is not finite"
-    sampled = logprobs[mask == 1]
-    if len(sampled) and float(sampled.max()) > LOGPROB_TOLERANCE:
-        return f"a behaviour log-prob on a sampled token is {float(sampled.max()):.4g} > 0"
+    # The largest log-prob on a sampled token (mask 1); masked out, a value reads 0, which never exceeds the tolerance.
+    if (top := float((logprobs * mask).max())) > LOGPROB_TOLERANCE:
+        return f"a behaviour log-prob on a sampled token is {top:.4g} > 0"
     versions = unpack_ints(sample.versions)
     if int(versions.min()) < -1 or (max_version is not None and int(versions.max()) > max_version):
         return f"policy versions span [{int(versions.min())}, {int(versions.max())}], outside [-1, {max_version}]"

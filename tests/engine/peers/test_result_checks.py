@@ -1,6 +1,8 @@
 """The engine's checks of what a worker hands it (engine/peers/result_checks.py, engine.protocol.messages.sample_problem)."""
 
+import collections
 import math
+import random
 
 import msgspec
 import pytest
@@ -75,6 +77,47 @@ def test_the_sample_reward_and_turn_rewards_must_be_finite():
     assert "turn reward" in _problem(_play(turns=[bad_turn]))
     future_turn = msgspec.structs.replace(bad_turn, reward=0.0, policy_version=NEWEST + 1)
     assert "policy version" in _problem(_play(turns=[future_turn]))
+
+
+def _plain_verdict(tokens, mask, logprobs, versions, vocab_size, max_version) -> str | None:
+    """The value checks written the plain way (index arrays, one check at a time), to hold the fast ones to."""
+    if tokens and (min(tokens) < 0 or max(tokens) >= vocab_size):
+        return "vocabulary"
+    if tokens and max(mask) > 1:
+        return "loss mask"
+    if not all(math.isfinite(x) for x in logprobs):
+        return "not finite"
+    if any(x > 1e-4 for x, m in zip(logprobs, mask) if m == 1):
+        return "> 0"
+    if tokens and (min(versions) < -1 or max(versions) > max_version):
+        return "policy versions"
+    if any(v < 0 for v, m in zip(versions, mask) if m == 1):
+        return "loss-mask tokens"
+    return None
+
+
+def test_the_fast_value_checks_agree_with_plain_ones_on_random_samples():
+    """sample_problem and the unversioned check use one pass per array (unsigned ids, masked products); on 3,000
+    random samples full of edge values (negative and huge ids, infinities on unmasked tokens, -1 versions on
+    trained tokens) they refuse exactly what the plain checks refuse, for the same reason."""
+    rng = random.Random(11)
+    edge_ids = [-(1 << 31), -1, 0, VOCAB - 1, VOCAB, (1 << 31) - 1]
+    edge_logprobs = [0.0, -0.0, 1e-5, 2e-4, 0.5, -1e30, -math.inf, math.inf, math.nan]
+    refused = collections.Counter()
+    for _ in range(3000):
+        n = rng.randrange(0, 6)
+        tokens = [rng.choice(edge_ids) if rng.random() < 0.05 else rng.randrange(VOCAB) for _ in range(n)]
+        mask = [rng.choice((0, 1, 2)) if rng.random() < 0.03 else rng.randrange(2) for _ in range(n)]
+        logprobs = [rng.choice(edge_logprobs) if rng.random() < 0.1 else -rng.random() * 5 for _ in range(n)]
+        versions = [rng.choice((-3, -2, -1, NEWEST + 1)) if rng.random() < 0.08 else rng.randrange(NEWEST + 1) for _ in range(n)]
+        sample = _sample(tokens=tokens, mask=mask, logprobs=logprobs, versions=versions)
+        expected = _plain_verdict(tokens, mask, logprobs, versions, VOCAB, NEWEST)
+        problem = result_problem(_play(sample=sample), None, vocab_size=VOCAB, newest_version=NEWEST)
+        assert (problem is None) == (expected is None), (tokens, mask, logprobs, versions, problem)
+        assert expected is None or expected in problem, (tokens, mask, logprobs, versions, problem)
+        refused[expected] += 1
+    assert all(refused[reason] >= 20 for reason in ("vocabulary", "loss mask", "not finite", "> 0", "policy versions", "loss-mask tokens"))
+    assert refused[None] >= 500
 
 
 @pytest.mark.parametrize(
