@@ -18,8 +18,9 @@ Why 64 episodes a game: a paired difference's 95 % half-width is about 1.96 sqrt
 d changes outcome; the last hour's probe had d = 8 % (32 of 384), and training that moves the model changes more:
 768 pairs resolve 3 points up to d = 18 %, 384 only up to 9 %.
 The comparison (actors/evaluation/paired.py): each model's unhinted win rate, and the paired differences SPADE -
-initial, fixed - initial, SPADE - fixed, initial - copy-bot and SPADE - copy-bot, each with its 95 % bootstrap
-interval over the same (environment, seed) pairs, a per-game table (each model's wins, the pairs each difference
+initial, fixed - initial, SPADE - fixed, initial - copy-bot, SPADE - copy-bot and SPADE - random (chance in a
+multi-turn game: a uniform listed option each turn), each with its 95 % bootstrap interval over the same
+(environment, seed) pairs, a per-game table (each model's wins, the pairs each difference
 gained and lost), and the designer's side of each run (valid designs per refresh, learnable share, mean regret,
 groups with variance; `designer_side`). It is written to OUT/learning.md and to each run's probe/table.md (the run's report.html shows it), and the
 bench ends with one JSON line: ratio = the lower end of the SPADE rise's interval in points, target 0 (a rise whose
@@ -340,7 +341,7 @@ def main() -> None:
         _log(f"probe: the initial model's and SPADE's episodes copied from {args.reuse_spade}")
     rows, suite, models = _probe(out, folder, runs, args.episodes, args.set, reused)
     pairs = [("SPADE", "initial")] + ([("fixed", "initial"), ("SPADE", "fixed")] if "fixed" in runs else [])
-    pairs += [("initial", "copy-bot"), ("SPADE", "copy-bot")]
+    pairs += [("initial", "copy-bot"), ("SPADE", "copy-bot"), ("SPADE", "random")]
     comparison = compare(rows, suite, models, pairs)
     comparison.update(initial_model_sha256=model_sha256(next(iter(runs.values()))), probe_envs_sha256=probe_envs_sha256(folder), commit=_commit(),
                       settings=args.set, minutes=args.minutes, reused_spade=args.reuse_spade,
@@ -372,6 +373,7 @@ def main() -> None:
         "spade_rise_points": points(diffs["SPADE-initial"]), "fixed_rise_points": points(diffs.get("fixed-initial")),
         "spade_minus_fixed_points": points(diffs.get("SPADE-fixed")), "win_rate_copy_bot": round(rates["copy-bot"]["win_rate"], 4),
         "win_rate_random": round(rates["random"]["win_rate"], 4), "spade_minus_copy_bot_points": points(diffs.get("SPADE-copy-bot")),
+        "spade_minus_random_points": points(diffs.get("SPADE-random")),
         "settings": args.set, "reused_spade": args.reuse_spade, "out": str(out),
     }))
 
