@@ -396,7 +396,7 @@ def sample_problem(sample: Sample, *, vocab_size: int | None = None, max_version
     ids, mask = unpack_ints(sample.tokens), unpack_mask(sample.loss_mask)
     if not len(ids):
         return None
-    # Every result a worker sends passes here (bin/bench bus): one pass per array, no temporary index arrays.
+    # Every result a worker sends passes here: whole-array reductions, no index arrays.
     # Read as unsigned, a negative id is >= 2**31, so one max bounds both ends.
     outside = int(ids.min()) < 0 if vocab_size is None else int(ids.view("<u4").max()) >= min(vocab_size, 1 << 31)
     if outside:

@@ -15,6 +15,7 @@ from engine.protocol.messages import (
     TurnRecord,
     ValidateResult,
     ValidateTask,
+    LOGPROB_TOLERANCE,
     sample_problem,
 )
 from engine.protocol.model_config import read_vocab_size
@@ -87,7 +88,7 @@ def _plain_verdict(tokens, mask, logprobs, versions, vocab_size, max_version) ->
         return "loss mask"
     if not all(math.isfinite(x) for x in logprobs):
         return "not finite"
-    if any(x > 1e-4 for x, m in zip(logprobs, mask) if m == 1):
+    if any(x > LOGPROB_TOLERANCE for x, m in zip(logprobs, mask) if m == 1):
         return "> 0"
     if tokens and (min(versions) < -1 or max(versions) > max_version):
         return "policy versions"
@@ -97,7 +98,7 @@ def _plain_verdict(tokens, mask, logprobs, versions, vocab_size, max_version) ->
 
 
 def test_the_fast_value_checks_agree_with_plain_ones_on_random_samples():
-    """sample_problem and the unversioned check use one pass per array (unsigned ids, masked products); on 3,000
+    """sample_problem and the unversioned check use whole-array reductions (unsigned ids, masked products); on 3,000
     random samples full of edge values (negative and huge ids, infinities on unmasked tokens, -1 versions on
     trained tokens) they refuse exactly what the plain checks refuse, for the same reason."""
     rng = random.Random(11)
