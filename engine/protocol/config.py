@@ -151,7 +151,7 @@ class ObjectiveConfig(Section, frozen=True, kw_only=True):
 
 
 class LearnerConfig(Section):
-    learning_rate: float = 5e-5  # AdamW's peak learning rate (after warm-up); with a LoRA adapter, 2e-4 moves it about as far
+    learning_rate: float = 2.5e-5  # AdamW's peak learning rate (after warm-up); with a LoRA adapter, 2e-4 moves it about as far
     weight_decay: float = 0.1  # AdamW's decoupled weight decay
     betas: list[float] = msgspec.field(default_factory=lambda: [0.9, 0.98])  # AdamW's (beta1, beta2)
     # The policy-gradient objective and its corrections: the [learner.objective] table (learner/objectives.py).
