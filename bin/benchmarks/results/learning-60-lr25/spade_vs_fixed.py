@@ -6,8 +6,7 @@ from actors.evaluation.paired import compare, comparison_markdown
 new, old = sys.argv[1], sys.argv[2]
 jn, jo = json.load(open(f"{new}/learning.json")), json.load(open(f"{old}/learning.json"))
 assert jn["probe_envs_sha256"] == jo["probe_envs_sha256"], "different probe envs"
-assert jn["initial_model_sha256"] == jo["initial_model_sha256"]
-suite = jn["suite"] if "suite" in jn else None
+assert jn["initial_model_sha256"] == jo["initial_model_sha256"], "different initial models"
 rows_new = [json.loads(l) for l in open(f"{new}/probe/results.jsonl")]
 rows_old = [json.loads(l) for l in open(f"{old}/probe/results.jsonl")]
 suite_new = rows_new[0]["suite"]; suite_old = rows_old[0]["suite"]
