@@ -122,13 +122,11 @@ def stop_workers(workers: list[subprocess.Popen]) -> None:
 def run_engine(root: Path, args) -> dict:
     import trio
 
+    from engine.metrics.live import LiveView
+    from engine.plays import store_plays
     from engine.protocol.config_loading import dump_config, load_config
     from engine.protocol.keys import ensure_ipc_secret
-    from engine.peers.dispatch import Dispatcher
-    from engine.metrics.live import LiveView
     from engine.protocol.paths import RunPaths
-    from engine.plays import store_plays
-    from engine.peers.policy_transfer import PolicyServer
     from engine.run import Engine
 
     paths = RunPaths(root)
@@ -142,11 +140,7 @@ def run_engine(root: Path, args) -> dict:
 
     async def main() -> None:
         async with hub.bus.open() as (worker_sock, learner_sock), trio.open_nursery() as nursery:
-            hub.worker_sock, hub.learner_sock = worker_sock, learner_sock
-            hub.dispatcher = Dispatcher(worker_sock, on_result=lambda result: None)
-            hub.policy_server = PolicyServer(paths, worker_sock, hub._run_info)
-            await nursery.start(hub.dispatcher.run)
-            nursery.start_soon(hub._receive_workers)
+            await hub.serve(nursery, worker_sock, learner_sock)  # the dispatcher, receivers and budgets of a run
             workers = start_workers(hub.bus.worker_address, args.workers, "e", ensure_ipc_secret(paths.keys))
             try:
                 with trio.move_on_after(WAIT_S) as hellos:
@@ -157,10 +151,10 @@ def run_engine(root: Path, args) -> dict:
                                       f"to the engine within {WAIT_S:g} s (refused? see the bus counters: {hub.bus.counters()['workers']})")
                 started, cpu = time.perf_counter(), time.process_time()
                 for step in range(args.steps):
-                    with trio.move_on_after(WAIT_S * args.tasks) as tasks:
-                        results = await hub.dispatcher.run_tasks(tasks_of(step, args.tasks))
-                    if tasks.cancelled_caught:
-                        raise BenchFailed(f"bench bus: step {step}'s {args.tasks} results did not come back within {WAIT_S * args.tasks:g} s")
+                    async with trio.open_nursery() as step_nursery:
+                        step_nursery.start_soon(_watch_progress, hub, step)
+                        results = await hub.run_tasks("bench", tasks_of(step, args.tasks))
+                        step_nursery.cancel_scope.cancel()
                     plays = store_plays(engine.store, step, results)
                     assert len(plays) == args.tasks, [r for r in results if not isinstance(r, PlayResult)][:1]
                 out["seconds"], out["cpu_s"] = time.perf_counter() - started, time.process_time() - cpu
@@ -178,6 +172,22 @@ def run_engine(root: Path, args) -> dict:
     engine.store.close()
     out["stored"] = stored
     return out
+
+
+async def _watch_progress(hub, step: int) -> None:
+    """Ends the bench with one error line when no result of `step` has come back for WAIT_S (workers gone, shed or
+    refused): counted by the dispatcher's outstanding tasks."""
+    import trio
+
+    outstanding = hub.dispatcher.outstanding
+    last, since = outstanding(), time.monotonic()
+    while True:
+        await trio.sleep(0.5)
+        if (now := outstanding()) != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > WAIT_S:
+            raise BenchFailed(f"bench bus: no result of step {step} came back for {WAIT_S:g} s ({now} outstanding; "
+                              f"the bus counters: {hub.bus.counters()['workers']})")
 
 
 def run_raw(root: Path, args) -> dict:

@@ -56,13 +56,24 @@ class WorkerState(msgspec.Struct, kw_only=True):
     unread_beats: dict[str, int] = msgspec.field(default_factory=dict)  # task id -> heartbeats that did not count it read
 
 
-class _Waiting:
-    __slots__ = ("task", "result", "done", "attempts", "timed_out_on")
+class _Call:
+    """One `run_tasks` call: woken once, when its last task is answered (not once a result: a wake-up is a trip
+    through the scheduler, which costs as much as checking the result)."""
+    __slots__ = ("remaining", "done")
 
-    def __init__(self, task: Task):
-        self.task = task
-        self.result: Result | None = None
+    def __init__(self, count: int):
+        self.remaining = count
         self.done = trio.Event()
+
+
+class _Waiting:
+    __slots__ = ("task", "call", "result", "finished", "attempts", "timed_out_on")
+
+    def __init__(self, task: Task, call: _Call):
+        self.task = task
+        self.call = call
+        self.result: Result | None = None
+        self.finished = False
         self.attempts = 0
         self.timed_out_on: set[bytes] = set()  # workers that let its lease pass: another one gets it first
 
@@ -87,16 +98,23 @@ class Dispatcher:
 
     # ------------------------------------------------------------ callers
     async def run_tasks(self, tasks: list[Task]) -> list[Result]:
+        call = _Call(len(tasks))
         waits = []
         for task in tasks:
-            waiting = _Waiting(task)
+            waiting = _Waiting(task, call)
             self._waiting[task.task_id] = waiting
             self._pending.append(task.task_id)
             waits.append(waiting)
         self._kick()
-        for waiting in waits:
-            await waiting.done.wait()
+        if waits:
+            await call.done.wait()
+        else:
+            await trio.lowlevel.checkpoint()
         return [w.result for w in waits]
+
+    def outstanding(self) -> int:
+        """Tasks given to `run_tasks` and not yet answered (queued or in flight)."""
+        return len(self._waiting)
 
     def in_flight(self) -> int:
         return sum(len(w.in_flight) for w in self.workers.values())
@@ -164,7 +182,7 @@ class Dispatcher:
         state.unread_beats.pop(result.task_id, None)
         state.last_seen = time.monotonic()
         waiting = self._waiting.get(result.task_id)
-        if waiting is None or waiting.done.is_set():
+        if waiting is None or waiting.finished:
             return "late"  # cannot happen while leases end on requeue; kept as a guard
         if isinstance(result, TaskFailed) and waiting.attempts <= self._retries:
             self._pending.append(result.task_id)
@@ -254,7 +272,7 @@ class Dispatcher:
             self.leases.counters["timed_out_tasks"] += 1
             state.timeouts += 1
             waiting = self._waiting.get(task_id)
-            if waiting is not None and not waiting.done.is_set():
+            if waiting is not None and not waiting.finished:
                 waiting.timed_out_on.add(state.ident)
                 if waiting.attempts <= self._retries:
                     self._pending.append(task_id)
@@ -274,7 +292,10 @@ class Dispatcher:
     def _finish(self, task_id: str, result: Result) -> None:
         waiting = self._waiting.pop(task_id)
         waiting.result = result
-        waiting.done.set()
+        waiting.finished = True
+        waiting.call.remaining -= 1
+        if not waiting.call.remaining:
+            waiting.call.done.set()
         if self._on_result is not None:
             self._on_result(result)
 

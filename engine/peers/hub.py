@@ -57,6 +57,8 @@ from engine.protocol.paths import RunPaths
 from engine.protocol.placement import read_plan, worker_env
 from engine.protocol.transport import MessageSocket, ProtocolError, short_id
 
+RECEIVE_BATCH = 64  # worker messages taken from the socket at once (their results' values checked together)
+
 
 def lease_deadline_s(task, config) -> float:
     """How long a worker may hold `task` unanswered: worker.lease_factor x the task's own time bound (a play's
@@ -108,53 +110,67 @@ class Hub:
     async def _receive_workers(self) -> None:
         assert self.worker_sock and self.dispatcher
         while True:
-            try:
-                ident, message = await self.worker_sock.receive_from()
-            except ProtocolError as exc:
-                if not self._shed(exc.ident):
-                    self.bus.warnings.warn("malformed worker message", f"ignored a malformed message from {short_id(exc.ident)} on the worker socket: {exc}")
-                continue
-            if self._shed(ident):
-                continue
-            match message:
-                case WorkerHello() if not self.bus.hello_gate.admit(message):
-                    self.bus.warnings.warn("refused hello", f"refused a worker hello from {short_id(ident)}: it lacks the run's ipc "
-                                           "secret (RUN_DIR/keys/ipc.secret), so it is not one of the run's workers")
-                case WorkerHello():
-                    self.dispatcher.add_worker(
-                        WorkerState(
-                            ident=ident,
-                            worker_id=message.worker_id,
-                            slots=message.slots,
-                            isolation=message.isolation,
-                            backend=message.backend,
-                            policy_version=message.policy_version,
-                            last_seen=time.monotonic(),
-                        )
+            batch = await self.worker_sock.receive_batch_from(RECEIVE_BATCH)
+            checked = self._values_checked(batch)
+            for ident, message in batch:
+                if isinstance(message, ProtocolError):
+                    if not self._shed(ident):
+                        self.bus.warnings.warn("malformed worker message", f"ignored a malformed message from {short_id(ident)} on the worker socket: {message}")
+                elif not self._shed(ident):
+                    self._on_worker_message(ident, message, values_checked=id(message) in checked)
+
+    def _values_checked(self, batch: list[tuple[bytes, object]]) -> set[int]:
+        """The results of one receive whose sample values pass, checked together (ResultGate.values_pass): the
+        first answer of each leased task from an identity not banned; the others are checked one by one, if at all."""
+        assert self.dispatcher
+        results, seen = [], set()
+        for ident, message in batch:
+            if isinstance(message, (PlayResult, DesignResult)) and (ident, message.task_id) not in seen and not self.dispatcher.banned(ident) \
+                    and self.dispatcher.holds_lease(ident, message.task_id):
+                seen.add((ident, message.task_id))
+                results.append(message)
+        return {id(r) for r in results} if self.result_gate.values_pass(results, self.policy_version) else set()
+
+    def _on_worker_message(self, ident: bytes, message, *, values_checked: bool) -> None:
+        match message:
+            case WorkerHello() if not self.bus.hello_gate.admit(message):
+                self.bus.warnings.warn("refused hello", f"refused a worker hello from {short_id(ident)}: it lacks the run's ipc "
+                                       "secret (RUN_DIR/keys/ipc.secret), so it is not one of the run's workers")
+            case WorkerHello():
+                self.dispatcher.add_worker(
+                    WorkerState(
+                        ident=ident,
+                        worker_id=message.worker_id,
+                        slots=message.slots,
+                        isolation=message.isolation,
+                        backend=message.backend,
+                        policy_version=message.policy_version,
+                        last_seen=time.monotonic(),
                     )
-                    self._note_isolation(message.isolation)
-                    self.view.line(f"worker {short_id(message.worker_id)} joined (backend {short_id(message.backend)}, sandbox {short_id(message.isolation)}, {message.slots} slots)")
-                    # Always answered: it tells the worker an engine is there, and which policy is current.
-                    self.worker_sock.try_send_to(ident, PolicyUpdate(version=self.policy_version, path=self.policy_path))
-                    self.time_share.joined(ident, message.worker_id)  # time-shared: asleep while the learner updates
-                    self._worker_ready.set()
-                case Heartbeat():
-                    known = self.dispatcher.workers.get(ident)
-                    if (state := self.dispatcher.heartbeat(ident, message.policy_version, message.tasks_received)) is not None:
-                        self.on_heartbeat(state.worker_id, message.generating_s, message.sequence_s)
-                    elif known is not None:  # dropped just now: it heartbeats but does not read its tasks
-                        self.bus.warnings.warn("unread worker", f"worker {known.worker_id} left a task unread over {self.config.worker.unread_heartbeats} "
-                                               "of its heartbeats (it does not read its socket); it is dropped and its tasks go to another worker")
-                    else:  # e.g. attached before a restart
-                        self.worker_sock.try_send_to(ident, HelloAgain())  # dropped if it is gone or not reading
-                case DesignResult() | PlayResult() | ValidateResult() | TaskFailed():
-                    self._complete(ident, message)
-                case WorkerBye():
-                    self.dispatcher.drop_worker(ident)
-                case Slept() if ident in self.dispatcher.workers:  # time-shared: its engine freed the GPU
-                    self.time_share.slept(ident, self.dispatcher.workers[ident].worker_id)
-                case FetchRunInfo() | FetchManifest() | FetchChunk():  # a worker without the run's files
-                    self.policy_server.submit(ident, message)
+                )
+                self._note_isolation(message.isolation)
+                self.view.line(f"worker {short_id(message.worker_id)} joined (backend {short_id(message.backend)}, sandbox {short_id(message.isolation)}, {message.slots} slots)")
+                # Always answered: it tells the worker an engine is there, and which policy is current.
+                self.worker_sock.try_send_to(ident, PolicyUpdate(version=self.policy_version, path=self.policy_path))
+                self.time_share.joined(ident, message.worker_id)  # time-shared: asleep while the learner updates
+                self._worker_ready.set()
+            case Heartbeat():
+                known = self.dispatcher.workers.get(ident)
+                if (state := self.dispatcher.heartbeat(ident, message.policy_version, message.tasks_received)) is not None:
+                    self.on_heartbeat(state.worker_id, message.generating_s, message.sequence_s)
+                elif known is not None:  # dropped just now: it heartbeats but does not read its tasks
+                    self.bus.warnings.warn("unread worker", f"worker {known.worker_id} left a task unread over {self.config.worker.unread_heartbeats} "
+                                           "of its heartbeats (it does not read its socket); it is dropped and its tasks go to another worker")
+                else:  # e.g. attached before a restart
+                    self.worker_sock.try_send_to(ident, HelloAgain())  # dropped if it is gone or not reading
+            case DesignResult() | PlayResult() | ValidateResult() | TaskFailed():
+                self._complete(ident, message, values_checked=values_checked)
+            case WorkerBye():
+                self.dispatcher.drop_worker(ident)
+            case Slept() if ident in self.dispatcher.workers:  # time-shared: its engine freed the GPU
+                self.time_share.slept(ident, self.dispatcher.workers[ident].worker_id)
+            case FetchRunInfo() | FetchManifest() | FetchChunk():  # a worker without the run's files
+                self.policy_server.submit(ident, message)
 
     def _shed(self, ident: bytes) -> bool:
         """Whether to ignore this message of `ident`: it is banned (results for tasks not leased to it, or an earlier
@@ -172,11 +188,11 @@ class Hub:
                                "its messages ignored for the rest of the run")
         return True
 
-    def _complete(self, ident: bytes, message: DesignResult | PlayResult | ValidateResult | TaskFailed) -> None:
+    def _complete(self, ident: bytes, message: DesignResult | PlayResult | ValidateResult | TaskFailed, *, values_checked: bool = False) -> None:
         warn = self.bus.warnings.warn
         if not isinstance(message, TaskFailed) and self.dispatcher.holds_lease(ident, message.task_id):
             # The values, and that it answers its task (engine/peers/result_checks.py); a rejected one is a failed task.
-            message, drop = self.result_gate.screen(ident, message, self.dispatcher, self.policy_version)
+            message, drop = self.result_gate.screen(ident, message, self.dispatcher, self.policy_version, values_checked=values_checked)
             if drop:  # after the dispatcher took the failure, so the task is requeued once
                 self.dispatcher.complete(ident, message)
                 self.dispatcher.drop_worker(ident)
@@ -276,23 +292,28 @@ class Hub:
             await self._policy_changed.wait()
 
     # ------------------------------------------------------------------ the run
+    async def serve(self, nursery: trio.Nursery, worker_sock: MessageSocket, learner_sock: MessageSocket) -> None:
+        """Serve the peers on the open sockets, in `nursery`: the dispatcher, the policy server, both receivers and the
+        liveness watch. `run` calls it before it starts the children; bin/benchmarks/bus.py calls it as it is."""
+        self.worker_sock, self.learner_sock = worker_sock, learner_sock
+        self.dispatcher = Dispatcher(worker_sock, on_result=self._on_result, deadline_s=lambda task: lease_deadline_s(task, self.config),
+                                     max_timeouts=self.config.worker.max_timeouts, unread_heartbeats=self.config.worker.unread_heartbeats,
+                                     on_sent=self.message_budget.refund)
+        self.policy_server = PolicyServer(self.paths, worker_sock, self._run_info, on_served=self.message_budget.refund)
+        self.bus.extra["workers"] += [lambda: self.dispatcher.leases.counters, lambda: self.policy_server.counters]
+        await nursery.start(self.dispatcher.run)
+        nursery.start_soon(self.bus.run)
+        nursery.start_soon(self.policy_server.run)
+        nursery.start_soon(self._receive_workers)
+        nursery.start_soon(self._receive_learner)
+        nursery.start_soon(self.dispatcher.watch_liveness, self.config.worker.dead_after_s, self._worker_dead, self._lease_timed_out)
+
     async def run(self, main: Callable[[], Awaitable[None]], *, services: list[Callable[[Dispatcher], Awaitable[None]]] = ()) -> None:
         """Serve the peers, start the learner and workers, run `main` once both are ready, then tell them to stop."""
         async with self.bus.open() as (worker_sock, learner_sock), trio.open_nursery() as nursery:
-            self.worker_sock, self.learner_sock = worker_sock, learner_sock
-            self.dispatcher = Dispatcher(worker_sock, on_result=self._on_result, deadline_s=lambda task: lease_deadline_s(task, self.config),
-                                         max_timeouts=self.config.worker.max_timeouts, unread_heartbeats=self.config.worker.unread_heartbeats,
-                                         on_sent=self.message_budget.refund)
-            self.policy_server = PolicyServer(self.paths, worker_sock, self._run_info, on_served=self.message_budget.refund)
-            self.bus.extra["workers"] += [lambda: self.dispatcher.leases.counters, lambda: self.policy_server.counters]
-            await nursery.start(self.dispatcher.run)
-            nursery.start_soon(self.bus.run)
-            nursery.start_soon(self.policy_server.run)
-            nursery.start_soon(self._receive_workers)
-            nursery.start_soon(self._receive_learner)
+            await self.serve(nursery, worker_sock, learner_sock)
             for service in services:
                 nursery.start_soon(service, self.dispatcher)
-            nursery.start_soon(self.dispatcher.watch_liveness, self.config.worker.dead_after_s, self._worker_dead, self._lease_timed_out)
             self._start_children(nursery)
             self.view.status("starting the learner and rollout workers (loading the model)")
             await self._learner_ready.wait()

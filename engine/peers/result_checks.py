@@ -1,7 +1,8 @@
 """The engine checks what a worker hands it: a worker is a peer, not a part of the engine.
 
     gate = ResultGate.for_run(config, paths, view.line)     # reads the model's vocab_size once (engine/tools/models.py)
-    message, drop = gate.screen(ident, message, dispatcher, newest_version)
+    checked = gate.values_pass(results_received_together, newest_version)   # their values at once
+    message, drop = gate.screen(ident, message, dispatcher, newest_version, values_checked=checked)
     dispatcher.complete(ident, message)                     # a rejected result arrives as a TaskFailed
     if drop: dispatcher.drop_worker(ident)
 
@@ -47,6 +48,7 @@ from engine.protocol.messages import (
     sample_problem,
     unpack_ints,
     unpack_mask,
+    values_pass,
 )
 from engine.protocol.model_config import read_vocab_size
 from engine.protocol.paths import RunPaths
@@ -121,9 +123,10 @@ def _design_problem(result: DesignResult, task: DesignTask) -> str | None:
     return _mismatch(result.designer, sample_id=task.task_id, role="designer", arm="design", env_id=task.task_id, skill=task.skill, step=task.step)
 
 
-def result_problem(result: Result, task, *, vocab_size: int | None, newest_version: int) -> str | None:
+def result_problem(result: Result, task, *, vocab_size: int | None, newest_version: int, values_checked: bool = False) -> str | None:
     """Why the engine refuses `result` as the answer to `task` (the task leased to its sender), or None.
-    `task` None: not leased to the sender, which the dispatcher's lease check answers; only the values are checked."""
+    `task` None: not leased to the sender, which the dispatcher's lease check answers; only the values are checked.
+    `values_checked`: its sample's values passed already (`values_pass`, with the others of its receive)."""
     if isinstance(result, ValidateResult):
         if task is not None and not isinstance(task, ValidateTask):
             return "a validation result for a task that is not a validation"
@@ -135,7 +138,7 @@ def result_problem(result: Result, task, *, vocab_size: int | None, newest_versi
     if problem := _timing_problem(result):
         return problem
     sample = result.agent if isinstance(result, PlayResult) else result.designer
-    if problem := sample_problem(sample, vocab_size=vocab_size, max_version=newest_version) or _unversioned_problem(sample):
+    if not values_checked and (problem := sample_problem(sample, vocab_size=vocab_size, max_version=newest_version) or _unversioned_problem(sample)):
         return problem
     if isinstance(result, PlayResult) and task is None:
         ok = _finite(result.episode_return) and -1.0 <= result.episode_return <= 1.0
@@ -171,11 +174,18 @@ class ResultGate:
         record = lambda counters: paths.update_meta(result_checks=counters)  # noqa: E731
         return cls(vocab_size=vocab_size, max_rejected=config.worker.max_rejected, emit=emit, record=record)
 
-    def screen(self, ident: bytes, result: Result, dispatcher, newest_version: int) -> tuple[Result | TaskFailed, bool]:
+    def values_pass(self, results: list[DesignResult | PlayResult], newest_version: int) -> bool:
+        """Whether the samples of all `results` pass the value checks (`values_pass`): asked of a receive's results
+        together, so `screen` can skip them one by one; False: `screen` checks each itself and says what fails."""
+        samples = [r.agent if isinstance(r, PlayResult) else r.designer for r in results]
+        return bool(samples) and values_pass(samples, vocab_size=self.vocab_size, max_version=newest_version, versioned=True)
+
+    def screen(self, ident: bytes, result: Result, dispatcher, newest_version: int, *, values_checked: bool = False) -> tuple[Result | TaskFailed, bool]:
         """`result` itself, or a TaskFailed naming why it is refused; and whether to drop its sender now (after
-        the dispatcher has taken the failure: dropping first would requeue the task twice)."""
+        the dispatcher has taken the failure: dropping first would requeue the task twice). `values_checked`: its
+        sample passed `values_pass` under `newest_version` already."""
         task = leased_task(dispatcher, ident, result.task_id)
-        problem = result_problem(result, task, vocab_size=self.vocab_size, newest_version=newest_version)
+        problem = result_problem(result, task, vocab_size=self.vocab_size, newest_version=newest_version, values_checked=values_checked)
         joined_as = getattr(dispatcher.workers.get(ident), "worker_id", result.worker_id)
         if problem is None and result.worker_id != joined_as:  # the id re-validation tells authors by
             problem = f"it names worker {short_id(result.worker_id, 32)!r}, not {short_id(joined_as, 32)!r} that it joined as"

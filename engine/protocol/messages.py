@@ -416,6 +416,39 @@ def sample_problem(sample: Sample, *, vocab_size: int | None = None, max_version
     return None
 
 
+_U4, _I4, _F4, _U1 = np.dtype("<u4"), np.dtype("<i4"), np.dtype("<f4"), np.dtype(np.uint8)
+
+
+def values_pass(samples: list[Sample], *, vocab_size: int | None = None, max_version: int | None = None, versioned: bool = False) -> bool:
+    """Whether every sample passes `sample_problem` (and, `versioned`, stamps each loss-mask token with a policy
+    version >= 0): one pass over all their arrays joined, as every check holds token by token. The engine asks it
+    of the results a receive brings in together, so the checks cost a few array passes a batch rather than a
+    sample. False says only that something fails somewhere: `sample_problem` of each says what."""
+    for s in samples:
+        n = len(s.tokens)
+        if n % 4 or len(s.logprobs) != n or len(s.versions) != n or len(s.loss_mask) * 4 != n:
+            return False
+        if not (math.isfinite(s.reward) and math.isfinite(s.advantage) and math.isfinite(s.temperature)):
+            return False
+    joined = (lambda name: getattr(samples[0], name)) if len(samples) == 1 else (lambda name: b"".join(getattr(s, name) for s in samples))
+    tokens = joined("tokens")
+    if not tokens:
+        return True
+    # Read as unsigned, a negative id (or version + 1) is >= 2**31, so one max bounds both ends.
+    if int(np.maximum.reduce(np.frombuffer(tokens, _U4))) >= (1 << 31 if vocab_size is None else min(vocab_size, 1 << 31)):
+        return False
+    mask = np.frombuffer(joined("loss_mask"), _U1)
+    if int(np.maximum.reduce(mask)) > 1:
+        return False
+    logprobs = np.frombuffer(joined("logprobs"), _F4)
+    if not np.logical_and.reduce(np.isfinite(logprobs)) or float(np.maximum.reduce(logprobs * mask)) > LOGPROB_TOLERANCE:
+        return False  # masked out, a log-prob reads 0
+    versions = np.frombuffer(joined("versions"), _I4)
+    if int(np.maximum.reduce((versions + 1).view(_U4))) > (max_version + 1 if max_version is not None else (1 << 31) - 1):
+        return False
+    return not versioned or int(np.minimum.reduce(versions * mask)) >= 0  # masked out, a version reads 0
+
+
 # ---------------------------------------------------------------- Reasoning-Gym problems inside a PlayTask
 # A PlayTask whose `code` starts with REASONING_GYM_PREFIX carries, after it, a `ReasoningGymTask` as JSON: a
 # Reasoning-Gym problem (a trusted library, not model-written code) that the worker plays and scores outside the
