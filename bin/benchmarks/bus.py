@@ -3,16 +3,17 @@
 N simulated rollout workers (separate processes, plain pyzmq DEALERs) answer every PlayTask they get with a
 PlayResult whose agent sample is 4-32 KB (300-2,500 tokens; the sample of a task is fixed by its id, so both
 pipelines move the same bytes). Two receivers take the same volume, `--steps` steps of `--tasks` tasks each:
-- engine: the engine's own code: `Hub._receive_workers` (engine/peers/hub.py) on the Bus's ROUTER (engine/protocol/transport.py: decode,
-  size limits, counters), the dispatcher's credit and leases, `check_sample`, and `store_plays` (one Store batch,
-  i.e. one LMDB transaction, per step), under Trio;
+- engine: the engine's own code: the peer services of a run (`Hub.serve`, engine/peers/hub.py: the Bus's ROUTER with
+  its decode, size limits and counters, the message budgets, the dispatcher's credit and leases, the result checks),
+  each step's tasks through `Hub.run_tasks` as the loop sends them, and `store_plays` (one Store batch, i.e. one LMDB
+  transaction, per step), under Trio;
 - raw: a blocking pyzmq ROUTER that sends the tasks by the same credit and puts each result's bytes into LMDB as
   they are, one transaction per step.
 Each round runs both (in turn, fresh stores, the same workers' code); `--rounds` rounds, the best of each mode
 counts (the machine may be shared); the receiver's CPU time per result is printed too (what load does not blur).
 The engine's workers say hello with the run's ipc secret, as `spade-engine worker` does (engine/peers/auth.py
-refuses a hello without it). Each wait is bounded (`WAIT_S`): workers that never say hello or stop answering end
-the bench with one error line, not a hang. Ends with one JSON line
+refuses a hello without it). Each wait is bounded (`WAIT_S`): workers that never say hello, or a step from which no
+result comes back for that long (workers gone, shed or refused), end the bench with one error line, not a hang. Ends with one JSON line
 {"bench": "bus", "ratio": engine MB/s / raw MB/s, "target": 0.8, ...}.
 """
 
