@@ -137,6 +137,9 @@ def run_engine(root: Path, args) -> dict:
     paths.update_meta(model_path=str(root))
     engine = Engine(config, paths, [], view=LiveView(args.steps, stream=io.StringIO(), enabled=False))
     hub = engine.hub
+    if args.without_checks:  # a diagnostic, never how the engine runs: what the rest of the receive path costs
+        hub.result_gate.values_pass = lambda results, newest_version: True
+        hub.result_gate.screen = lambda ident, result, dispatcher, newest_version, values_checked=False: (result, False)
     out: dict = {}
 
     async def main() -> None:
@@ -150,15 +153,17 @@ def run_engine(root: Path, args) -> dict:
                 if hellos.cancelled_caught:
                     raise BenchFailed(f"bench bus: {len(hub.dispatcher.workers)} of {args.workers} simulated workers said hello "
                                       f"to the engine within {WAIT_S:g} s (refused? see the bus counters: {hub.bus.counters()['workers']})")
-                started, cpu = time.perf_counter(), time.process_time()
+                started, cpu, store_s = time.perf_counter(), time.process_time(), 0.0
                 for step in range(args.steps):
                     async with trio.open_nursery() as step_nursery:
                         step_nursery.start_soon(_watch_progress, hub, step)
                         results = await hub.run_tasks("bench", tasks_of(step, args.tasks))
                         step_nursery.cancel_scope.cancel()
+                    stored = time.perf_counter()
                     plays = store_plays(engine.store, step, results)
+                    store_s += time.perf_counter() - stored
                     assert len(plays) == args.tasks, [r for r in results if not isinstance(r, PlayResult)][:1]
-                out["seconds"], out["cpu_s"] = time.perf_counter() - started, time.process_time() - cpu
+                out["seconds"], out["cpu_s"], out["store_s"] = time.perf_counter() - started, time.process_time() - cpu, store_s
                 await hub.dispatcher.broadcast(Shutdown())
                 with trio.move_on_after(WAIT_S):
                     for w in workers:
@@ -221,7 +226,7 @@ def idents_of(router, n: int) -> list[bytes]:
 
 
 def _raw_receive(router, env, db, encoder, idents: list[bytes], args) -> dict:
-    started, cpu = time.perf_counter(), time.process_time()
+    started, cpu, store_s = time.perf_counter(), time.process_time(), 0.0
     credit = {ident: SLOTS for ident in idents}
     for step in range(args.steps):
         pending = [encoder.encode(t) for t in tasks_of(step, args.tasks)]
@@ -239,13 +244,15 @@ def _raw_receive(router, env, db, encoder, idents: list[bytes], args) -> dict:
             if pending:
                 router.send_multipart([ident, pending.pop()])
                 credit[ident] -= 1
+        committed = time.perf_counter()
         txn.commit()
+        store_s += time.perf_counter() - committed
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     for ident in idents:
         router.send_multipart([ident, encoder.encode(Shutdown())])
     with env.begin(db=db) as txn:
         stored = txn.stat(db)["entries"]
-    return {"seconds": seconds, "cpu_s": cpu, "stored": stored}
+    return {"seconds": seconds, "cpu_s": cpu, "store_s": store_s, "stored": stored}
 
 
 def _rounds(args, megabytes: float, total: int) -> tuple[dict, list[float]]:
@@ -277,6 +284,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--tasks", type=int, default=128, help="PlayResults per step (one Store batch each)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--without-checks", action="store_true",
+                        help="diagnostic: the engine's result checks bypassed, to see what the rest of its receive path costs "
+                             "(the JSON line says so in `settings`); never how a run goes")
     args = parser.parse_args()
     pool = sample_pool()
     mean_kb = sum(len(s.tokens) + len(s.loss_mask) + len(s.logprobs) + len(s.versions) for s in pool) / len(pool) / 1024
@@ -303,7 +313,10 @@ def main() -> int:
         "engine_mb_per_s": round(engine_rate, 1), "raw_mb_per_s": round(raw_rate, 1),
         "engine_results_per_s": round(total / best["engine"]["seconds"]), "raw_results_per_s": round(total / best["raw"]["seconds"]),
         "round_ratios": [round(x, 3) for x in ratios],
-        "engine_cpu_us_per_result": round(best["engine"]["cpu_s"] / total * 1e6), "raw_cpu_us_per_result": round(best["raw"]["cpu_s"] / total * 1e6), "workers": args.workers, "results": total, "mean_sample_kb": round(mean_kb, 1),
+        "engine_cpu_us_per_result": round(best["engine"]["cpu_s"] / total * 1e6), "raw_cpu_us_per_result": round(best["raw"]["cpu_s"] / total * 1e6),
+        # of each best round's wall time a result, what the step's store took: store_plays (records, puts, commit) / raw's commit
+        "engine_store_us_per_result": round(best["engine"]["store_s"] / total * 1e6), "raw_commit_us_per_result": round(best["raw"]["store_s"] / total * 1e6),
+        "workers": args.workers, "results": total, "mean_sample_kb": round(mean_kb, 1), "settings": ["without_checks"] if args.without_checks else [],
         "engine_bad_frames": counters.get("bad_frames", 0), "engine_rejected_results": counters.get("rejected_results", 0),
         "engine_dropped_sends": counters.get("dropped_sends", 0),
     }))

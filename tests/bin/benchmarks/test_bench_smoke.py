@@ -39,7 +39,8 @@ def test_every_bench_says_what_it_measures(name):
 
 def test_the_bus_bench_runs_to_its_line_at_a_tiny_size():
     line = _json_line(_bench("bus", "--workers", "1", "--steps", "1", "--tasks", "4", "--rounds", "1", timeout=300), "bus")
-    assert line["results"] == 4 and line["engine_rejected_results"] == 0
+    assert line["results"] == 4 and line["engine_rejected_results"] == 0 and line["settings"] == []  # the checks on
+    assert line["engine_store_us_per_result"] > 0 and line["raw_commit_us_per_result"] > 0
 
 
 def test_the_learner_bench_runs_to_its_line_at_a_tiny_size():
