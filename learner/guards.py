@@ -2,7 +2,7 @@
 
 - `batch_problem(samples, vocab_size)`: a batch with a sample the learner cannot train on (a token id outside the
   embedding, a non-finite advantage, reward, temperature or log-prob, a loss mask that is not 0/1, arrays of
-  different lengths; `engine.protocol.messages.sample_problem`, the check the engine makes of every worker result). The
+  different lengths; `engine.protocol.sample_values.sample_problem`, the check the engine makes of every worker result). The
   engine checks too, but the store may hold a batch recorded before it did, which `--resume` sends again.
   learner/train.py answers such a batch without an update (`refused_metrics`) and still publishes the next version
   (the same weights): batch i makes version i + 1, so the engine's bookkeeping, and every later resume, stays as
@@ -21,7 +21,8 @@ import sys
 import torch
 
 from engine.protocol.errors import RunFailed
-from engine.protocol.messages import Sample, sample_problem
+from engine.protocol.messages import Sample
+from engine.protocol.sample_values import sample_problem
 
 CHECK_EVERY_PUBLISH_PARAMS = 2_000_000_000
 

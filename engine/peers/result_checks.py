@@ -7,7 +7,7 @@
     if drop: dispatcher.drop_worker(ident)
 
 A result (`DesignResult`, `PlayResult`, `ValidateResult`) passes when `result_problem` finds nothing:
-- its sample's values (`engine.protocol.messages.sample_problem`): arrays of one length, token ids within the model's
+- its sample's values (`engine.protocol.sample_values.sample_problem`): arrays of one length, token ids within the model's
   vocabulary, loss mask 0/1, finite log-probs <= 0 on sampled tokens, versions in [-1, the engine's newest policy
   version], finite reward, advantage and temperature;
 - every loss-mask token (a token it would train on) carries a real policy version (>= 0): -1 marks a prompt or
@@ -45,13 +45,12 @@ from engine.protocol.messages import (
     TaskFailed,
     ValidateResult,
     ValidateTask,
-    sample_problem,
     unpack_ints,
     unpack_mask,
-    values_pass,
 )
 from engine.protocol.model_config import read_vocab_size
 from engine.protocol.paths import RunPaths
+from engine.protocol.sample_values import sample_problem, values_pass
 from engine.peers.ratelimit import Warnings
 from engine.protocol.transport import short_id
 

@@ -37,12 +37,12 @@ from engine.protocol.messages import (
     pack_floats,
     pack_ints,
     pack_mask,
-    sample_problem,
     unpack_floats,
     unpack_ints,
     unpack_mask,
 )
 from engine.protocol.keys import read_ipc_secret
+from engine.protocol.sample_values import sample_problem
 from engine.protocol.paths import RunPaths
 from storage.store import Store
 from tests.e2e.helpers import state_and_done_ids, up_command, up_script, wait_for_text

@@ -4,7 +4,8 @@ import msgspec
 import numpy as np
 import pytest
 
-from engine.protocol.messages import Sample, TurnRecord, check_sample, pack_floats, pack_ints, pack_mask, unpack_floats, unpack_ints, unpack_mask
+from engine.protocol.sample_values import check_sample
+from engine.protocol.messages import Sample, TurnRecord, pack_floats, pack_ints, pack_mask, unpack_floats, unpack_ints, unpack_mask
 from storage.records import (
     SCHEMA_VERSION,
     BatchEntry,

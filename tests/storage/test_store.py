@@ -91,7 +91,7 @@ def test_memory_examples_follow_the_reference():
 def test_check_sample_names_the_misaligned_array():
     import msgspec
 
-    from engine.protocol.messages import check_sample
+    from engine.protocol.sample_values import check_sample
 
     check_sample(_sample())
     broken = msgspec.structs.replace(_sample(), logprobs=pack_floats([0.0]))

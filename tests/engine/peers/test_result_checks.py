@@ -1,4 +1,4 @@
-"""The engine's checks of what a worker hands it (engine/peers/result_checks.py, engine.protocol.messages.sample_problem)."""
+"""The engine's checks of what a worker hands it (engine/peers/result_checks.py, engine.protocol.sample_values.sample_problem)."""
 
 import collections
 import math
@@ -15,11 +15,9 @@ from engine.protocol.messages import (
     TurnRecord,
     ValidateResult,
     ValidateTask,
-    LOGPROB_TOLERANCE,
-    sample_problem,
-    values_pass,
 )
 from engine.protocol.model_config import read_vocab_size
+from engine.protocol.sample_values import LOGPROB_TOLERANCE, sample_problem, values_pass
 from engine.peers.result_checks import ResultGate, result_problem
 from tests.engine.builders import DESIGN_TASK, checked_design as _design, checked_sample as _sample
 

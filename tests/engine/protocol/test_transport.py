@@ -1,5 +1,7 @@
 """The ZeroMQ transport: a router-dealer round trip, and a malformed message turned into a protocol error."""
 
+import contextlib
+
 import pytest
 import trio
 import zmq
@@ -8,15 +10,21 @@ from engine.protocol.messages import EngineToWorker, Heartbeat, PolicyUpdate, Wo
 from engine.protocol.transport import ProtocolError, open_socket
 
 
-def test_router_dealer_round_trip_and_malformed_message(tmp_path):
+@contextlib.asynccontextmanager
+async def router_and_dealer(tmp_path):
+    """An engine-side ROUTER and a worker-side DEALER ("w1") connected over ipc, within 20 s."""
     address = f"ipc://{tmp_path}/t.sock"
-
-    async def main():
-      with trio.fail_after(20):
+    with trio.fail_after(20):
         async with (
             open_socket(zmq.ROUTER, address, bind=True, decode=WorkerToEngine) as router,
             open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"w1") as dealer,
         ):
+            yield router, dealer
+
+
+def test_router_dealer_round_trip_and_malformed_message(tmp_path):
+    async def main():
+        async with router_and_dealer(tmp_path) as (router, dealer):
             for i in range(200):  # more than fit in one read: exercises the edge-triggered FD handling
                 await dealer.send(Heartbeat(worker_id="w1", policy_version=i, busy=0))
             for i in range(200):
@@ -32,14 +40,8 @@ def test_router_dealer_round_trip_and_malformed_message(tmp_path):
 
 
 def test_a_batch_receive_takes_what_waits_in_order_up_to_its_limit_with_bad_frames_in_place(tmp_path):
-    address = f"ipc://{tmp_path}/t.sock"
-
     async def main():
-      with trio.fail_after(20):
-        async with (
-            open_socket(zmq.ROUTER, address, bind=True, decode=WorkerToEngine) as router,
-            open_socket(zmq.DEALER, address, bind=False, decode=EngineToWorker, identity=b"w1") as dealer,
-        ):
+        async with router_and_dealer(tmp_path) as (router, dealer):
             for i in range(5):
                 await dealer.send(Heartbeat(worker_id="w1", policy_version=i, busy=0))
             await dealer._send_frames([b"not msgpack of any message"])
