@@ -67,13 +67,12 @@ class _Call:
 
 
 class _Waiting:
-    __slots__ = ("task", "call", "result", "finished", "attempts", "timed_out_on")
+    __slots__ = ("task", "call", "result", "attempts", "timed_out_on")
 
     def __init__(self, task: Task, call: _Call):
         self.task = task
         self.call = call
-        self.result: Result | None = None
-        self.finished = False
+        self.result: Result | None = None  # set once it is answered (or failed for good)
         self.attempts = 0
         self.timed_out_on: set[bytes] = set()  # workers that let its lease pass: another one gets it first
 
@@ -108,8 +107,6 @@ class Dispatcher:
         self._kick()
         if waits:
             await call.done.wait()
-        else:
-            await trio.lowlevel.checkpoint()
         return [w.result for w in waits]
 
     def outstanding(self) -> int:
@@ -182,7 +179,7 @@ class Dispatcher:
         state.unread_beats.pop(result.task_id, None)
         state.last_seen = time.monotonic()
         waiting = self._waiting.get(result.task_id)
-        if waiting is None or waiting.finished:
+        if waiting is None or waiting.result is not None:
             return "late"  # cannot happen while leases end on requeue; kept as a guard
         if isinstance(result, TaskFailed) and waiting.attempts <= self._retries:
             self._pending.append(result.task_id)
@@ -272,7 +269,7 @@ class Dispatcher:
             self.leases.counters["timed_out_tasks"] += 1
             state.timeouts += 1
             waiting = self._waiting.get(task_id)
-            if waiting is not None and not waiting.finished:
+            if waiting is not None and waiting.result is None:
                 waiting.timed_out_on.add(state.ident)
                 if waiting.attempts <= self._retries:
                     self._pending.append(task_id)
@@ -292,7 +289,6 @@ class Dispatcher:
     def _finish(self, task_id: str, result: Result) -> None:
         waiting = self._waiting.pop(task_id)
         waiting.result = result
-        waiting.finished = True
         waiting.call.remaining -= 1
         if not waiting.call.remaining:
             waiting.call.done.set()
