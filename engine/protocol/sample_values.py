@@ -84,7 +84,9 @@ def values_pass(samples: list[Sample], *, vocab_size: int | None = None, max_ver
             return False
         if not (math.isfinite(s.reward) and math.isfinite(s.advantage) and math.isfinite(s.temperature)):
             return False
-    joined = (lambda name: getattr(samples[0], name)) if len(samples) == 1 else (lambda name: b"".join(getattr(s, name) for s in samples))
+    def joined(name: str) -> bytes:  # one sample's array comes back as it is (bytes.join of one item is that item)
+        return b"".join(getattr(s, name) for s in samples)
+
     tokens = joined("tokens")
     if not tokens:
         return True
